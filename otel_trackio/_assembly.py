@@ -200,7 +200,10 @@ class SampleAssembler:
         spans = self._take_subtree(trace, root.span_id)
         late_identity = self._late_identity(root)
         is_sample = self.sample_attribute in root.attributes
-        if late_identity is not None and not (is_sample and self.sample_attribute not in late_identity):
+        starts_new_sample = is_sample and (
+            late_identity is None or self.sample_attribute not in late_identity
+        )
+        if late_identity is not None and not starts_new_sample:
             identity = late_identity
             sample = Sample(spans, None, dict(identity), partial=True, reason="late")
         else:

@@ -54,8 +54,10 @@ def read_span_facts(span: SpanRecord) -> SpanFacts:
     if provider is not None:
         facts.provider = str(provider)
     facts.usage = _read_usage(attrs, facts.consumed)
-    if facts.kind == "span" and (facts.usage is not None or facts.model is not None) and (
-        "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs or facts.usage
+    if (
+        facts.kind == "span"
+        and (facts.usage is not None or facts.model is not None)
+        and ("gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs or facts.usage)
     ):
         facts.kind = "generation"
     _read_genai_messages(attrs, facts)
@@ -104,7 +106,7 @@ def parse_json(value: Any) -> Any:
         if not isinstance(value, str):
             return value
         text = value.strip()
-        if not text or text[0] not in "[{\"":
+        if not text or text[0] not in '[{"':
             return value
         try:
             value = json.loads(text)
@@ -193,8 +195,10 @@ def _parts_to_content(parts: list[Any]) -> Any:
         elif isinstance(part, str):
             texts.append(part)
         else:
-            return [p if isinstance(p, Mapping) else {"type": "text", "content": _text(p)}
-                    for p in parts]
+            return [
+                p if isinstance(p, Mapping) else {"type": "text", "content": _text(p)}
+                for p in parts
+            ]
     return "\n".join(texts)
 
 

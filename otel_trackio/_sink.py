@@ -111,7 +111,7 @@ class TrackioSink:
         self.run.log(dict(metrics), step=step)
 
     def log_traces(self, key: str, traces: Sequence[Mapping[str, Any]], step: int) -> None:
-        """Log trace dicts (``messages``/``metadata``/``spans``) as one list of Traces at ``step``."""
+        """Log trace dicts (messages, metadata, spans) as one list of Traces at ``step``."""
         if not traces:
             return
         objects = [

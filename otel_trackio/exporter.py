@@ -160,7 +160,9 @@ class TrackioSpanExporter(SpanExporter):
             if acquired:
                 self._flush_open_samples()
             else:
-                self._warn("shutdown", "shutdown timed out waiting for an export; open samples lost")
+                self._warn(
+                    "shutdown", "shutdown timed out waiting for an export; open samples lost"
+                )
         finally:
             if acquired:
                 self._lock.release()
