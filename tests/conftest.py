@@ -1,0 +1,54 @@
+"""Shared test setup: one temp TRACKIO_DIR for the whole session, set before trackio is imported.
+
+Trackio reads ``TRACKIO_DIR`` once at import time, so it is set here at module import. Tests keep
+apart by using unique project names (the ``project`` fixture).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+
+_TRACKIO_DIR = tempfile.mkdtemp(prefix="otel-trackio-tests-")
+os.environ["TRACKIO_DIR"] = _TRACKIO_DIR
+os.environ.setdefault("TRACKIO_DISABLE_TELEMETRY", "1")
+
+import pytest  # noqa: E402
+from trackio import context_vars  # noqa: E402
+from trackio.sqlite_storage import SQLiteStorage  # noqa: E402
+
+from otel_trackio import _steps  # noqa: E402
+
+
+@pytest.fixture
+def trackio_dir() -> str:
+    """The session's Trackio folder."""
+    return _TRACKIO_DIR
+
+
+@pytest.fixture
+def project() -> str:
+    """A Trackio project name no other test uses."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def _isolate_global_state():
+    """No test inherits an active Trackio run or a latest step from another."""
+    token = context_vars.current_run.set(None)
+    _steps.reset_steps()
+    yield
+    context_vars.current_run.reset(token)
+    _steps.reset_steps()
+
+
+def read_traces(project: str, run: str | None = None) -> list[dict]:
+    """Every Trace stored for a project (and run), oldest first."""
+    traces = SQLiteStorage.get_traces(project, run)
+    return sorted(traces, key=lambda t: (t["step"], t["timestamp"], t["index"]))
+
+
+def read_logs(project: str, run: str | None = None) -> list[dict]:
+    """Every metrics log row stored for a project (and run)."""
+    return SQLiteStorage.get_logs(project, run)
