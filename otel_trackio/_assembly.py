@@ -54,6 +54,8 @@ class _OpenTrace:
     spans: dict[int, SpanRecord] = field(default_factory=dict)
     children: dict[int, list[int]] = field(default_factory=dict)
     last_seen: float = 0.0
+    # Complete samples whose step lives on an ancestor that has not ended yet.
+    pending: list[Sample] = field(default_factory=list)
 
 
 class SampleAssembler:
@@ -114,13 +116,13 @@ class SampleAssembler:
         # Outer sample roots first, so that nested tagged spans go with the outermost one.
         for record in candidates:
             if self._is_buffered(record) and self._is_sample_root(record):
-                out.append(self._take_sample(record))
+                out.extend(self._take_sample(record))
         for record in candidates:
             if self._is_buffered(record) and record.is_local_root:
-                out.append(self._take_sample(record))
+                out.extend(self._take_sample(record))
         for record in candidates:
             if self._is_buffered(record) and self._late_identity(record) is not None:
-                out.append(self._take_sample(record))
+                out.extend(self._take_sample(record))
         out.extend(self._evict_over_capacity())
         return out
 
@@ -195,7 +197,7 @@ class SampleAssembler:
 
     # -- taking samples out -------------------------------------------------------------------
 
-    def _take_sample(self, root: SpanRecord) -> Sample:
+    def _take_sample(self, root: SpanRecord) -> list[Sample]:
         trace = self._traces[root.trace_id]
         spans = self._take_subtree(trace, root.span_id)
         late_identity = self._late_identity(root)
@@ -203,9 +205,10 @@ class SampleAssembler:
         starts_new_sample = is_sample and (
             late_identity is None or self.sample_attribute not in late_identity
         )
+        out: list[Sample] = []
         if late_identity is not None and not starts_new_sample:
             identity = late_identity
-            sample = Sample(spans, None, dict(identity), partial=True, reason="late")
+            out.append(Sample(spans, None, dict(identity), partial=True, reason="late"))
         else:
             if root.parent_id is None and trace.spans:
                 # The trace's own root closes the trace: spans cut off by a missing middle span
@@ -213,19 +216,43 @@ class SampleAssembler:
                 spans.extend(self._take_all(trace))
             identity = self._identity_for(spans, root)
             sample = Sample(spans, root, identity)
+            if self.step_attribute not in identity and not root.is_local_root:
+                trace.pending.append(sample)  # wait for the ancestor that carries the step
+            else:
+                out.append(sample)
+            if root.is_local_root and trace.pending:
+                out.extend(self._resolve_pending(trace, spans))
         self._forget_if_empty(root.trace_id, trace)
         self._remember(spans, identity)
-        return sample
+        return out
+
+    def _resolve_pending(self, trace: _OpenTrace, ancestors: list[SpanRecord]) -> list[Sample]:
+        """Give samples waiting for a step the step of their nearest ancestor that has one."""
+        by_id = {span.span_id: span for span in ancestors}
+        pending, trace.pending = trace.pending, []
+        for sample in pending:
+            seen: set[int] = set()
+            parent_id = sample.root.parent_id if sample.root is not None else None
+            while parent_id is not None and parent_id not in seen:
+                seen.add(parent_id)
+                parent = by_id.get(parent_id)
+                if parent is None:
+                    break
+                if self.step_attribute in parent.attributes:
+                    sample.identity[self.step_attribute] = parent.attributes[self.step_attribute]
+                    break
+                parent_id = parent.parent_id
+        return pending
 
     def _take_partial(self, trace_id: int, reason: str) -> list[Sample]:
         """Emit an open trace as partial samples, one per missing ancestor they hang from."""
         trace = self._traces[trace_id]
+        out: list[Sample] = trace.pending  # complete samples, still without a step
         groups: dict[int | None, list[SpanRecord]] = {}
         for span in trace.spans.values():
             groups.setdefault(self._attach_point(trace, span), []).append(span)
         self._buffered -= len(trace.spans)
         del self._traces[trace_id]
-        out: list[Sample] = []
         for attach, spans in groups.items():
             identity = self._late_identity_of_id(trace_id, attach)
             if identity is None:
@@ -281,7 +308,7 @@ class SampleAssembler:
 
     def _forget_if_empty(self, trace_id: int, trace: _OpenTrace) -> None:
         # Child links to spans already taken are harmless: taking a subtree skips them.
-        if not trace.spans:
+        if not trace.spans and not trace.pending:
             self._traces.pop(trace_id, None)
 
     def _evict_over_capacity(self) -> list[Sample]:
