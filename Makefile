@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(PY) examples/rollout_demo.py
 
 test: $(STAMP)
-	$(PY) -m ruff check otel_trackio tests examples bench
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
