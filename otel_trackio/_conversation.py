@@ -1,56 +1,97 @@
 """Build one sample's chat conversation from its model calls.
 
-The latest model call's input already holds the whole history in a multi-turn agent; earlier
-calls may hold turns it does not repeat (a tool result it summarised, another branch). We merge
-every call's input and output in order and keep each distinct message once, system first.
+System instructions come first (each distinct one once). Then the calls are merged in start
+order: each call's input + output is aligned against the conversation so far (a longest-matching
+alignment, like ``diff``) and only the turns the alignment does not match are added, in place.
+So a multi-turn agent whose latest call repeats the whole history gives exactly that history;
+turns an earlier call had and a later one dropped (a summarised tool result, another branch) are
+kept where they were; and a message genuinely sent twice (the user says "go on" twice) stays
+twice, because alignment matches messages one to one instead of collapsing equal ones.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from difflib import SequenceMatcher
 from typing import Any
 
-from ._genai import SpanFacts
+from .conventions import SpanFacts
+from .conventions._common import parse_json
+
+#: message keys kept in the conversation (span outputs keep everything, e.g. ``finish_reason``).
+MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")
 
 
-def _message_key(message: Mapping[str, Any]) -> str:
-    return json.dumps(
+_KEPT = frozenset(MESSAGE_KEYS)
+
+
+def _clean(message: Mapping[str, Any]) -> dict[str, Any]:
+    if message.keys() <= _KEPT:
+        return dict(message)
+    return {k: message[k] for k in MESSAGE_KEYS if k in message}
+
+
+def _message_key(message: Mapping[str, Any]) -> Hashable:
+    """Identity of a message for alignment: role, text, tool calls (arguments compared as JSON)."""
+    content = message.get("content") or ""
+    if not message.get("tool_calls") and isinstance(content, str):
+        return (message.get("role"), content, message.get("tool_call_id"))  # the common, cheap case
+    calls = [
         [
-            message.get("role"),
-            message.get("content"),
-            message.get("tool_calls"),
-            message.get("tool_call_id"),
-        ],
+            c.get("id"),
+            (c.get("function") or {}).get("name"),
+            parse_json((c.get("function") or {}).get("arguments")),
+        ]
+        for c in message.get("tool_calls") or ()
+        if isinstance(c, Mapping)
+    ]
+    return json.dumps(
+        [message.get("role"), message.get("content") or "", calls, message.get("tool_call_id")],
         sort_keys=True,
         default=str,
     )
 
 
+def _merge(
+    conversation: list[dict[str, Any]], keys: list[Hashable], turns: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[Hashable]]:
+    new_keys = [_message_key(m) for m in turns]
+    if new_keys[: len(keys)] == keys:
+        return turns, new_keys  # the usual multi-turn case: this call repeats the history
+    matcher = SequenceMatcher(None, keys, new_keys, autojunk=False)
+    merged: list[dict[str, Any]] = []
+    merged_keys: list[Hashable] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            # The later call's copy wins: it is the fuller record of the same turn.
+            merged.extend(turns[j1:j2])
+            merged_keys.extend(new_keys[j1:j2])
+            continue
+        merged.extend(conversation[i1:i2])
+        merged_keys.extend(keys[i1:i2])
+        merged.extend(turns[j1:j2])
+        merged_keys.extend(new_keys[j1:j2])
+    return merged, merged_keys
+
+
 def build_conversation(calls: Iterable[SpanFacts]) -> list[dict[str, Any]]:
     """Merge the model calls of a sample (in start order) into one OpenAI-style message list."""
     system: list[dict[str, Any]] = []
-    turns: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    system_seen: set[str] = set()
-
-    def add(message: dict[str, Any]) -> None:
-        key = _message_key(message)
-        if message.get("role") == "system":
-            if key not in system_seen:
-                system_seen.add(key)
-                system.append(message)
-            return
-        if key in seen:
-            return
-        seen.add(key)
-        turns.append(message)
-
+    system_keys: set[Hashable] = set()
+    conversation: list[dict[str, Any]] = []
+    keys: list[Hashable] = []
     for call in calls:
-        for message in call.system_messages:
-            add(message)
-        for message in call.input_messages or ():
-            add(message)
-        for message in call.output_messages or ():
-            add(message)
-    return system + turns
+        turns: list[dict[str, Any]] = []
+        for message in [*call.system_messages, *(call.input_messages or ())]:
+            if message.get("role") == "system":
+                key = _message_key(message)
+                if key not in system_keys:
+                    system_keys.add(key)
+                    system.append(_clean(message))
+            else:
+                turns.append(_clean(message))
+        turns.extend(_clean(m) for m in call.output_messages or ())
+        if turns:
+            conversation, keys = _merge(conversation, keys, turns)
+    return system + conversation

@@ -10,13 +10,13 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._assembly import IDENTITY_ATTRIBUTES, Sample
 from ._conversation import build_conversation
-from ._genai import SpanFacts, read_span_facts
 from ._records import SpanRecord
+from .conventions import DEFAULT_TOKEN_ID_ATTRIBUTES, ReadOptions, SpanFacts, read_span_facts
 
 TraceDict = dict[str, Any]
 
@@ -31,10 +31,24 @@ class ConvertOptions:
     sample_attribute: str = "sample_index"
     max_value_chars: int = DEFAULT_MAX_VALUE_CHARS
     token_decoder: Callable[[Sequence[int]], str] | None = None
+    token_id_attributes: Mapping[str, str] = field(
+        default_factory=lambda: dict(DEFAULT_TOKEN_ID_ATTRIBUTES)
+    )
 
 
 def parse_step(value: Any) -> int | None:
-    """A step from an attribute value: ints, integral floats and strings of ints; else None."""
+    """A step from an attribute value: ints, integral floats and strings of ints; else None.
+
+    Steps outside the signed 64-bit range are None too: SQLite cannot store them, and Trackio
+    would drop the whole log entry in its background thread.
+    """
+    step = _parse_step(value)
+    if step is None or not -_INT64 <= step < _INT64:
+        return None
+    return step
+
+
+def _parse_step(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -51,12 +65,23 @@ def parse_step(value: Any) -> int | None:
 
 def iso_time(ns: int) -> str:
     """Nanoseconds since the epoch as ISO-8601 UTC with microseconds and a ``Z``."""
+    global _iso_second
     seconds, rest = divmod(int(ns), 1_000_000_000)
-    t = time.gmtime(seconds)
-    return (
-        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
-        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{rest // 1000:06d}Z"
-    )
+    cached_seconds, prefix = _iso_second
+    if seconds != cached_seconds:
+        # The spans of a sample mostly share a second: format the date part once per second.
+        t = time.gmtime(seconds)
+        prefix = (
+            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}."
+        )
+        _iso_second = (seconds, prefix)
+    return f"{prefix}{rest // 1000:06d}Z"
+
+
+# (seconds, "YYYY-MM-DDTHH:MM:SS.") of the last second formatted by iso_time (one tuple, swapped
+# atomically, so concurrent exporters at worst format a second twice).
+_iso_second: tuple[int | None, str] = (None, "")
 
 
 def sample_to_trace(sample: Sample, step: int, options: ConvertOptions | None = None) -> TraceDict:
@@ -65,7 +90,8 @@ def sample_to_trace(sample: Sample, step: int, options: ConvertOptions | None = 
     spans = sorted(sample.spans, key=lambda s: (s.start_ns, s.end_ns))
     ids = {s.span_id for s in spans}
     root = sample.root
-    facts = [read_span_facts(s) for s in spans]
+    read_options = ReadOptions(options.token_decoder, options.token_id_attributes)
+    facts = [read_span_facts(s, read_options) for s in spans]
     span_dicts = [
         _translate_span(s, f, root, ids, options) for s, f in zip(spans, facts, strict=True)
     ]
@@ -74,12 +100,64 @@ def sample_to_trace(sample: Sample, step: int, options: ConvertOptions | None = 
     if not messages and root is not None:
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
-    messages = [_limit(m, options.max_value_chars) for m in messages]
-    return {
-        "messages": messages,
-        "spans": span_dicts,
-        "metadata": _translate_metadata(sample, step, spans, span_dicts, generations, options),
-    }
+    messages = [_limit(_show_tool_calls(m), options.max_value_chars) for m in messages]
+    return _storable(
+        {
+            "messages": messages,
+            "spans": span_dicts,
+            "metadata": _translate_metadata(sample, step, spans, span_dicts, generations, options),
+        }
+    )
+
+
+_INT64 = 2**63
+
+
+def _storable(value: Any) -> Any:
+    """Make a Trace dict serialisable by Trackio (orjson): no lone surrogates, ints within 64 bits.
+
+    Trackio drops a whole metric key it cannot serialise, which would lose every sample logged
+    with this one, so non-UTF-8 text is replaced (``\ufffd``) and huge ints become strings.
+    """
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return value
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if -_INT64 <= value < _INT64 else str(value)
+    if isinstance(value, dict):
+        return {_storable(str(k)): _storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_storable(v) for v in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} bytes>"
+    return _storable(str(value))
+
+
+def _show_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
+    """Give an assistant turn that only calls tools a one-line text of its calls.
+
+    Trackio's trace table previews the first assistant message's ``content``; in an agent that
+    is usually a tool-call turn with no text, shown as "(no assistant response)" on every row.
+    The ``tool_calls`` themselves are kept unchanged.
+    """
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not calls or message.get("content"):
+        return message
+    rendered = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            rendered.append(f"{function.get('name', '')}({function.get('arguments', '')})")
+    if not rendered:
+        return message
+    return {**message, "content": "[tool call] " + "; ".join(rendered)}
 
 
 def _fallback_messages(facts: SpanFacts) -> list[dict[str, Any]]:
@@ -146,10 +224,12 @@ def _translate_span(
     for key, value in span.attributes.items():
         if key not in facts.consumed:
             metadata[key] = _limit(_json_safe(value), options.max_value_chars)
+    for key, value in facts.extra_metadata.items():
+        metadata[key] = _limit(_json_safe(value), options.max_value_chars)
     events = [
         {"name": e.name, "time": iso_time(e.time_ns), "attributes": _json_safe(dict(e.attributes))}
-        for e in span.events
-        if e.name != "exception"
+        for i, e in enumerate(span.events)
+        if e.name != "exception" and i not in facts.consumed_events
     ]
     if events:
         metadata["events"] = _limit(events, options.max_value_chars)
@@ -249,6 +329,8 @@ def _json_safe(value: Any) -> Any:
 
 def _limit(value: Any, max_chars: int) -> Any:
     """Cut long strings (and the strings inside containers) with a marker saying how much."""
+    if not _too_long(value, max_chars):
+        return value  # the common case: nothing to cut, so nothing to copy
     if isinstance(value, str):
         if len(value) <= max_chars:
             return value
@@ -259,3 +341,20 @@ def _limit(value: Any, max_chars: int) -> Any:
     if isinstance(value, dict):
         return {k: _limit(v, max_chars) for k, v in value.items()}
     return value
+
+
+def _too_long(value: Any, max_chars: int) -> bool:
+    """True when ``_limit`` would cut something in ``value`` (a walk that allocates nothing)."""
+    if isinstance(value, str):
+        return len(value) > max_chars
+    if isinstance(value, list):
+        for item in value:
+            if _too_long(item, max_chars):
+                return True
+        return False
+    if isinstance(value, dict):
+        for item in value.values():
+            if _too_long(item, max_chars):
+                return True
+        return False
+    return False

@@ -31,6 +31,8 @@ from trackio import context_vars
 _logger = logging.getLogger("otel_trackio")
 
 _registry_lock = threading.Lock()
+# Trackio's warn-once keys for local writes that failed (it warns and drops the batch).
+_WRITE_FAILURE_PREFIXES = ("write-logs", "local-sender-loop")
 # (project, requested name) -> lease shared by every exporter of this process asking for it.
 _owned: dict[tuple[str, str | None], _OwnedRun] = {}
 
@@ -61,6 +63,8 @@ class TrackioSink:
     ) -> None:
         self._owned: _OwnedRun | None = None
         self._released = False
+        # Trackio's failed-write warnings seen by the last flush() (empty when it went well).
+        self.last_failures: set[str] = set()
         self._lock = threading.Lock()
         self.run: trackio.Run = self._resolve(project, name, run, trackio_init_kwargs)
 
@@ -124,9 +128,53 @@ class TrackioSink:
         ]
         self.run.log({key: objects}, step=step)
 
+    def flush(self, timeout_seconds: float = 30.0) -> bool:
+        """Write what the held run has queued to Trackio's local storage now, on this thread.
+
+        ``run.log`` only queues: Trackio's sender thread writes every 0.5 s, so a process killed
+        right after an export would lose the last half second. This makes ``force_flush``
+        durable. Returns False when Trackio has reported a failed write for this run (disk full,
+        read-only folder: Trackio only warns about it, see ``last_failures``) or the flush timed
+        out. Remote runs and
+        runs without these internals are left to Trackio (True).
+        """
+        run = self.run
+        flush = getattr(run, "_flush_queues_inline", None)
+        lock = getattr(run, "_client_lock", None)
+        if not getattr(run, "_is_local", False) or flush is None or lock is None:
+            return True
+        if not lock.acquire(timeout=max(0.0, timeout_seconds)):
+            return False
+        try:
+            flush()
+        finally:
+            lock.release()
+        self.last_failures = self._take_storage_failures()
+        return not self.last_failures
+
+    def _take_storage_failures(self) -> set[str]:
+        """Trackio's warn-once keys of failed local writes, removed so the next one shows too."""
+        failures = getattr(self.run, "_warned_failures", None)
+        if not failures:
+            return set()
+        found = {key for key in set(failures) if key.startswith(_WRITE_FAILURE_PREFIXES)}
+        for key in found:
+            failures.discard(key)
+        return found
+
     def next_step(self) -> int:
         """The step Trackio would use for a log call without ``step=``."""
         return int(getattr(self.run, "_next_step", 0) or 0)
+
+    @staticmethod
+    def reserved_keys() -> frozenset[str]:
+        """Metric keys ``Run.log`` renames to ``__<key>`` (keys starting with ``__`` are too)."""
+        return frozenset(trackio.utils.RESERVED_KEYS)
+
+    @staticmethod
+    def histogram(counts: Sequence[int], edges: Sequence[float]) -> trackio.Histogram:
+        """A ``trackio.Histogram`` from precomputed bucket counts and their ``len + 1`` edges."""
+        return trackio.Histogram(np_histogram=(list(counts), list(edges)))
 
     def release(self) -> None:
         """Drop this holder; finish the run when this package started it and nobody else holds it.

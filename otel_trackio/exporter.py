@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +17,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import _steps
 from ._assembly import Sample, SampleAssembler
-from ._convert import ConvertOptions, TraceDict, parse_step, sample_to_trace
+from ._convert import ConvertOptions, TraceDict, _storable, parse_step, sample_to_trace
 from ._records import SpanRecord, record_from_readable_span
 from ._sink import TrackioSink
+from .conventions import DEFAULT_TOKEN_ID_ATTRIBUTES
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -55,6 +56,9 @@ class TrackioSpanExporter(SpanExporter):
         max_buffered_spans: past this many waiting spans the oldest samples go out as partial.
         max_value_chars: longer strings are cut with a visible marker.
         token_decoder: turns token id lists on spans into text (called on the export thread).
+        token_id_attributes: which span attributes hold token ids and the side each fills
+            (``"input"``/``"output"``); default ``prompt_ids`` → input, ``response_ids`` and
+            ``token_ids`` → output.
         **trackio_init_kwargs: passed to ``trackio.init`` (``server_url``, ``resume``, ...).
     """
 
@@ -71,6 +75,7 @@ class TrackioSpanExporter(SpanExporter):
         max_buffered_spans: int = 100_000,
         max_value_chars: int = 64 * 1024,
         token_decoder: Callable[[Sequence[int]], str] | None = None,
+        token_id_attributes: Mapping[str, str] | None = None,
         **trackio_init_kwargs: Any,
     ) -> None:
         self.key = key
@@ -86,6 +91,9 @@ class TrackioSpanExporter(SpanExporter):
             sample_attribute=sample_attribute,
             max_value_chars=max_value_chars,
             token_decoder=token_decoder,
+            token_id_attributes=dict(
+                DEFAULT_TOKEN_ID_ATTRIBUTES if token_id_attributes is None else token_id_attributes
+            ),
         )
         self._lock = threading.Lock()
         self._shutdown = False
@@ -128,7 +136,15 @@ class TrackioSpanExporter(SpanExporter):
             self.stats.spans_received += len(records)
             samples = self._assembler.add(records)
             samples.extend(self._assembler.expire())
-            return self._log_samples(samples)
+            logged_before = self.stats.samples_logged
+            result = self._log_samples(samples)
+            logged = self.stats.samples_logged - logged_before
+            # Write them now (this is the SDK's export thread): an export that returned SUCCESS
+            # survives a crash, and a disk that is full or read-only shows up as FAILURE.
+            if logged and not self._flush_storage(timeout_seconds * 1000, logged):
+                self.stats.failed_exports += 1
+                return SpanExportResult.FAILURE
+            return result
         except Exception as exc:  # noqa: BLE001 - export() must never raise
             self.stats.failed_exports += 1
             self._warn("export", f"export failed: {exc!r}")
@@ -143,7 +159,9 @@ class TrackioSpanExporter(SpanExporter):
         if not self._lock.acquire(timeout=max(0.0, timeout_millis / 1000)):
             return False
         try:
-            return self._flush_open_samples() is SpanExportResult.SUCCESS
+            logged = self._flush_open_samples() is SpanExportResult.SUCCESS
+            # Durable too: Trackio's sender thread would write only within the next 0.5 s.
+            return self._flush_storage(timeout_millis) and logged
         finally:
             self._lock.release()
 
@@ -159,9 +177,12 @@ class TrackioSpanExporter(SpanExporter):
             self._shutdown = True
             if acquired:
                 self._flush_open_samples()
+                self._flush_storage(timeout_millis)
             else:
                 self._warn(
-                    "shutdown", "shutdown timed out waiting for an export; open samples lost"
+                    "shutdown",
+                    "shutdown timed out waiting for an export; "
+                    f"{self._assembler.buffered_spans} open spans lost",
                 )
         finally:
             if acquired:
@@ -169,6 +190,25 @@ class TrackioSpanExporter(SpanExporter):
         self._sink.release()
 
     # -- the pipeline -------------------------------------------------------------------------
+
+    def _flush_storage(self, timeout_millis: float, unwritten: int | str = "all unflushed") -> bool:
+        """Make what was logged durable in Trackio's storage; warn when Trackio failed to write.
+
+        ``unwritten``: how many samples the failed write may have cost, for the warning.
+        """
+        try:
+            ok = self._sink.flush(max(0.0, timeout_millis / 1000))
+        except Exception as exc:  # noqa: BLE001 - flushing must not crash the user's program
+            self._warn("storage", f"writing to Trackio storage failed: {exc!r}")
+            return False
+        if not ok:
+            failures = ", ".join(sorted(self._sink.last_failures)) or "timed out"
+            self._warn(
+                "storage",
+                f"Trackio could not write to its storage ({failures}); up to {unwritten} samples "
+                f"lost ({self.stats.samples_logged} logged by this exporter so far)",
+            )
+        return ok
 
     def _flush_open_samples(self) -> SpanExportResult:
         try:
@@ -242,21 +282,23 @@ class TrackioSpanExporter(SpanExporter):
 
 def _bare_trace(sample: Sample, step: int, error: str) -> TraceDict:
     """The least a sample can be logged as when full conversion failed: its span names and ids."""
-    return {
-        "messages": [],
-        "spans": [
-            {
-                "id": f"{s.span_id:016x}",
-                "parent_id": None,
-                "name": str(s.name),
-                "kind": "span",
-            }
-            for s in sample.spans
-        ],
-        "metadata": {
-            "step": step,
-            "trace_id": f"{sample.spans[0].trace_id:032x}" if sample.spans else None,
-            "partial": sample.partial,
-            "conversion_error": error,
-        },
-    }
+    return _storable(
+        {
+            "messages": [],
+            "spans": [
+                {
+                    "id": f"{s.span_id:016x}",
+                    "parent_id": None,
+                    "name": str(s.name),
+                    "kind": "span",
+                }
+                for s in sample.spans
+            ],
+            "metadata": {
+                "step": step,
+                "trace_id": f"{sample.spans[0].trace_id:032x}" if sample.spans else None,
+                "partial": sample.partial,
+                "conversion_error": error,
+            },
+        }
+    )

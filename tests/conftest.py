@@ -20,6 +20,9 @@ from trackio.sqlite_storage import SQLiteStorage  # noqa: E402
 
 from otel_trackio import _steps  # noqa: E402
 
+# The fault suite's tally (inputs tried / crashes / samples lost), printed after the run.
+pytest_plugins = ["fault_tally"]
+
 
 @pytest.fixture
 def trackio_dir() -> str:
@@ -44,8 +47,9 @@ def _isolate_global_state():
 
 
 def read_traces(project: str, run: str | None = None) -> list[dict]:
-    """Every Trace stored for a project (and run), oldest first."""
-    traces = SQLiteStorage.get_traces(project, run)
+    """Every Trace stored for a project (of one run, or of all its runs), oldest first."""
+    runs = [run] if run is not None else SQLiteStorage.get_runs(project)
+    traces = [t for name in runs for t in SQLiteStorage.get_traces(project, name)]
     return sorted(traces, key=lambda t: (t["step"], t["timestamp"], t["index"]))
 
 

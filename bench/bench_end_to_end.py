@@ -1,0 +1,248 @@
+"""Figures 3 and 4: end-to-end cost of getting rollout samples durably into Trackio storage.
+
+Figure 3 — spans in → Traces durable after shutdown, vs Trackio alone:
+  * ours: the workload's finished SDK spans (built untimed) go through
+    ``TrackioSpanExporter.export()`` in batches of 512, then ``shutdown()`` (which finishes the
+    run, so everything is written to SQLite);
+  * Trackio alone: the same samples as pre-built ``trackio.Trace`` objects (built untimed, by our
+    converter, so the payload is identical) logged with one ``run.log({key: [...]}, step=s)`` per
+    step, then ``run.finish()``.
+  Throughput ratio = Trackio-alone seconds / ours seconds (target >= 0.90).
+
+Figure 4 — the whole rollout (emit + log + finish), the way verl's Trackio rollout-trace backend
+does it vs ours. verl's backend (``rollout_trace_op`` with ``backend="trackio"``) logs, for every
+traced operation, one flat ``trackio.Trace(messages, metadata)`` with ``trackio.log(...,
+step=...)`` inline on the rollout thread: metadata holds op name, inputs and the
+``rollout_trace_attr`` attributes (step, sample_index, rollout_n, validate, experiment_name);
+messages are the op's input messages (else a system line plus the JSON inputs) plus the output as
+an assistant message. Per sample that is 4 log calls (2 model calls, a tool call, the reward); the
+sample context itself logs nothing. Ours: the same loop emitting OTel spans into
+``BatchSpanProcessor(TrackioSpanExporter)`` (queue large enough that no span is dropped), then
+``provider.shutdown()``.
+  Speed-up = verl seconds / ours seconds (target >= 2).
+
+Both figures check that every Trace is in storage afterwards. The last lines printed are the
+figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
+import trackio
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from otel_trackio import TrackioSpanExporter
+from otel_trackio._assembly import SampleAssembler
+from otel_trackio._convert import parse_step, sample_to_trace
+from otel_trackio._records import record_from_readable_span
+
+PROJECT = "bench-e2e"
+KEY = "rollout/traces"
+
+
+def ours_from_spans(spans: list[Any]) -> tuple[float, str]:
+    run = uuid.uuid4().hex[:8]
+    with w.quiet_stdout():
+        exporter = TrackioSpanExporter(project=PROJECT, name=run)
+
+        def go() -> None:
+            for batch in w.chunks(spans):
+                exporter.export(batch)
+            exporter.shutdown()
+
+        return w.timed(go), run
+
+
+def prebuilt_traces(spans: list[Any]) -> dict[int, list[trackio.Trace]]:
+    """The workload's samples as trackio.Trace objects grouped by step (our converter's output)."""
+    assembler = SampleAssembler()
+    samples = assembler.add(record_from_readable_span(s) for s in spans)
+    by_step: dict[int, list[trackio.Trace]] = {}
+    for sample in samples:
+        step = parse_step(sample.identity.get("step")) or 0
+        t = sample_to_trace(sample, step)
+        trace = trackio.Trace(messages=t["messages"], metadata=t["metadata"], spans=t["spans"])
+        by_step.setdefault(step, []).append(trace)
+    return by_step
+
+
+def trackio_alone(by_step: dict[int, list[trackio.Trace]]) -> tuple[float, str]:
+    name = uuid.uuid4().hex[:8]
+    with w.quiet_stdout():
+        run = trackio.init(project=PROJECT, name=name)
+
+        def go() -> None:
+            for step, traces in by_step.items():
+                run.log({KEY: traces}, step=step)
+            run.finish()
+
+        return w.timed(go), name
+
+
+# -- verl-style: one flat Trace per traced operation, trackio.log inline -----------------------
+
+
+def _verl_log(op: str, inputs: dict[str, Any], output: Any, attributes: dict[str, Any]) -> None:
+    """Mirror of verl's trackio rollout-trace backend: one Trace per op, one log call each."""
+    metadata = {
+        "op": op,
+        "backend": "trackio",
+        "experiment_name": "bench",
+        "inputs": {k: v for k, v in inputs.items() if k != "messages"},
+        **attributes,
+        "status": "success",
+        "output": output if isinstance(output, dict) else {"value": output},
+    }
+    messages = [dict(m) for m in inputs.get("messages") or [] if isinstance(m, dict)]
+    if not messages:
+        messages = [
+            {"role": "system", "content": f"rollout trace operation: {op}"},
+            {"role": "user", "content": json.dumps({"inputs": inputs}, default=str)},
+        ]
+    text = output.get("text") if isinstance(output, dict) else None
+    messages.append(
+        {"role": "assistant", "content": text or json.dumps({"output": output}, default=str)}
+    )
+    key = "rollout_trace/" + "".join(c if c.isalnum() or c in "._-" else "_" for c in op)
+    trackio.log({key: trackio.Trace(messages=messages, metadata=metadata)}, step=attributes["step"])
+
+
+def verl_style(samples: int) -> tuple[float, str]:
+    name = uuid.uuid4().hex[:8]
+    with w.quiet_stdout():
+        trackio.init(project=PROJECT, name=name)
+
+        def go() -> None:
+            for i in range(samples):
+                p = w.sample_payload(i)
+                attrs = {
+                    "sample_index": i,
+                    "step": i // w.SAMPLES_PER_STEP,
+                    "rollout_n": i % 4,
+                    "validate": False,
+                    "experiment_name": "bench",
+                }
+                msgs1 = [
+                    {"role": "system", "content": w.SYSTEM},
+                    {"role": "user", "content": p["question"]},
+                ]
+                call = {"name": "calculator", "arguments": {"expr": p["expr"]}}
+                _verl_log(
+                    "AgentLoop.generate",
+                    {"messages": msgs1, "sampling_params": {"temperature": 1.0}},
+                    {"text": "", "tool_calls": [call], "prompt_tokens": 60, "response_tokens": 20},
+                    attrs,
+                )
+                _verl_log(
+                    "CalculatorTool.execute", {"parameters": call["arguments"]}, p["result"], attrs
+                )
+                msgs2 = [*msgs1, {"role": "tool", "content": p["result"]}]
+                _verl_log(
+                    "AgentLoop.generate",
+                    {"messages": msgs2, "sampling_params": {"temperature": 1.0}},
+                    {"text": p["answer"], "prompt_tokens": 100, "response_tokens": 20},
+                    attrs,
+                )
+                _verl_log(
+                    "RewardManager.compute_score", {"response": p["answer"]}, float(i % 2), attrs
+                )
+            trackio.finish()
+
+        return w.timed(go), name
+
+
+def ours_rollout(samples: int) -> tuple[float, str, int]:
+    name = uuid.uuid4().hex[:8]
+    with w.quiet_stdout():
+        exporter = TrackioSpanExporter(project=PROJECT, name=name)
+        provider = TracerProvider()
+        # A queue that holds the whole workload: no span is dropped, so both arms store the same.
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 20))
+        tracer = provider.get_tracer("bench")
+
+        def go() -> None:
+            w.emit_workload(tracer, samples)
+            provider.force_flush(600_000)  # drain fully (shutdown alone gives up after 30 s)
+            provider.shutdown()
+
+        seconds = w.timed(go)
+    return seconds, name, exporter.stats.spans_received
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    n = args.samples
+
+    spans = w.collect_spans(n)
+    by_step = prebuilt_traces(spans)
+    ours_from_spans(w.collect_spans(50))  # warm-up
+    best = {
+        "ours": float("inf"),
+        "alone": float("inf"),
+        "verl": float("inf"),
+        "rollout": float("inf"),
+    }
+    dropped = 0
+    for r in range(args.rounds):
+        t, run = ours_from_spans(spans)
+        assert w.count_traces(PROJECT, run) == n, "ours: Traces missing in storage"
+        best["ours"] = min(best["ours"], t)
+        t2, run = trackio_alone(by_step)
+        assert w.count_traces(PROJECT, run) == n, "trackio alone: Traces missing in storage"
+        best["alone"] = min(best["alone"], t2)
+        t3, run = verl_style(n)
+        assert w.count_traces(PROJECT, run) == 4 * n, "verl-style: Traces missing in storage"
+        best["verl"] = min(best["verl"], t3)
+        t4, run, received = ours_rollout(n)
+        dropped = max(dropped, n * w.SPANS_PER_SAMPLE - received)
+        stored = w.count_traces(PROJECT, run)
+        best["rollout"] = min(best["rollout"], t4)
+        print(
+            f"round {r + 1}: spans->durable ours {t:.2f} s, pre-built Traces->durable {t2:.2f} s; "
+            f"verl-style rollout {t3:.2f} s ({4 * n} log calls), ours rollout {t4:.2f} s "
+            f"({stored} Traces stored, {n * w.SPANS_PER_SAMPLE - received} spans dropped by BSP)",
+            file=sys.stderr,
+        )
+    throughput = best["alone"] / best["ours"]
+    speedup = best["verl"] / best["rollout"]
+    w.write_result(
+        f"3. end-to-end throughput vs pre-built Traces straight to Trackio, {n:,} samples",
+        f"{throughput:.2f}x",
+        ">= 0.90x",
+        throughput >= 0.90,
+    )
+    w.write_result(
+        f"4. verl-style (flat Trace per op, 1 log each) time / ours, {n:,} samples",
+        f"{speedup:.2f}x",
+        ">= 2x",
+        speedup >= 2.0 and dropped == 0,
+    )
+    w.cleanup()
+    rate = n * w.SPANS_PER_SAMPLE / best["ours"]
+    print(
+        f"end-to-end throughput ratio (ours / pre-built Traces), {n:,} samples: {throughput:.2f}x "
+        f"(ours {best['ours']:.2f} s = {rate:,.0f} spans/s, Trackio alone {best['alone']:.2f} s; "
+        "target >= 0.90x)"
+    )
+    note = f", {dropped} spans dropped by the BSP" if dropped else ""
+    print(
+        f"verl-style / ours rollout time, {n:,} samples: {speedup:.2f}x (verl-style "
+        f"{best['verl']:.2f} s vs ours {best['rollout']:.2f} s{note}; target >= 2x)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""Pure conversion of OTel metric points into Trackio scalars, grouped by step.
+
+No I/O and no trackio import: :class:`MetricConverter` takes SDK ``MetricsData`` (as produced by a
+``MetricReader`` or decoded from OTLP) and returns ``{step: {series: value}}``. The exporter in
+``metrics.py`` does the logging.
+
+Mapping:
+
+* ``Sum`` (monotonic or not) and ``Gauge`` → the point's value under the series name;
+* ``Histogram`` and ``ExponentialHistogram`` → ``<series>/count``, ``/sum``, ``/mean``, ``/min``,
+  ``/max`` and, when asked, ``<series>/distribution`` (a :class:`Distribution` of bucket counts);
+* series name: the metric name, then one ``/<key>=<value>`` per point attribute, keys sorted, the
+  step attribute left out;
+* step: the point's step attribute when it holds an integer, else the caller's fallback step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    ExponentialHistogram,
+    Gauge,
+    Histogram,
+    MetricsData,
+    Sum,
+)
+
+from ._convert import parse_step
+
+# A copy of ``trackio.utils.RESERVED_KEYS`` (checked against Trackio in the tests); the exporter
+# passes Trackio's own list, this default keeps the converter usable on its own.
+DEFAULT_RESERVED_KEYS: frozenset[str] = frozenset(
+    {"project", "run", "timestamp", "step", "time", "metrics"}
+)
+# Series whose key Trackio would rename (reserved, or starting with "__") get this prefix.
+RENAME_PREFIX = "otel/"
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """Bucket counts and their ``len(counts) + 1`` finite, non-decreasing edges."""
+
+    counts: tuple[int, ...]
+    edges: tuple[float, ...]
+
+
+Value = int | float | Distribution
+
+
+@dataclass(slots=True)
+class Conversion:
+    """What one ``MetricsData`` became: values by step, and what was left out."""
+
+    by_step: dict[int, dict[str, Value]] = field(default_factory=dict)
+    points_by_step: dict[int, int] = field(default_factory=dict)
+    # step -> {series: value signature}, remembered by ``MetricConverter.commit`` once logged.
+    signatures: dict[int, dict[str, Any]] = field(default_factory=dict)
+    unsupported_types: set[str] = field(default_factory=set)
+    points: int = 0
+    skipped_nonfinite: int = 0
+    skipped_series: list[str] = field(default_factory=list)
+    unsupported: int = 0
+    renamed: int = 0
+    unchanged: int = 0
+
+    @property
+    def values(self) -> int:
+        """Number of values (scalars and distributions) to log."""
+        return sum(len(v) for v in self.by_step.values())
+
+
+class MetricConverter:
+    """Turns ``MetricsData`` into ``{step: {series: value}}``.
+
+    Stateful only to skip re-logging: a cumulative or gauge point whose (series, step) already
+    got the same value in an earlier conversion is left out, so a cumulative point carrying an
+    old ``step`` attribute is not logged again at every export. Delta points are always new.
+
+    Args:
+        step_attribute: the point attribute holding the step (never part of series names).
+        distributions: also produce a ``<series>/distribution`` for histogram points.
+        reserved_keys: keys Trackio reserves; a series named so is logged as ``otel/<name>``.
+        max_remembered: bound of the (series, step) memory; it is cleared when full.
+    """
+
+    def __init__(
+        self,
+        *,
+        step_attribute: str = "step",
+        distributions: bool = False,
+        reserved_keys: Iterable[str] = DEFAULT_RESERVED_KEYS,
+        max_remembered: int = 200_000,
+    ) -> None:
+        self.step_attribute = step_attribute
+        self.distributions = distributions
+        self.reserved_keys = frozenset(reserved_keys)
+        self.max_remembered = max_remembered
+        self._last: dict[tuple[str, int], Any] = {}
+
+    def convert(self, data: MetricsData, fallback_step: Callable[[], int]) -> Conversion:
+        """Convert every point of ``data``; ``fallback_step`` is called at most once, when needed.
+
+        Resource and scope are ignored: series are named by metric name and point attributes.
+        """
+        out = Conversion()
+        fallback: list[int] = []
+
+        def step_for(attributes: Mapping[str, Any]) -> int:
+            step = parse_step(attributes.get(self.step_attribute)) if attributes else None
+            if step is not None:
+                return step
+            if not fallback:
+                fallback.append(int(fallback_step()))
+            return fallback[0]
+
+        for resource_metrics in getattr(data, "resource_metrics", None) or ():
+            for scope_metrics in getattr(resource_metrics, "scope_metrics", None) or ():
+                for metric in getattr(scope_metrics, "metrics", None) or ():
+                    self._convert_metric(metric, step_for, out)
+        return out
+
+    # -- per metric --------------------------------------------------------------------------
+
+    def _convert_metric(
+        self, metric: Any, step_for: Callable[[Mapping[str, Any]], int], out: Conversion
+    ) -> None:
+        data = metric.data
+        name = str(metric.name)
+        delta = getattr(data, "aggregation_temporality", None) == AggregationTemporality.DELTA
+        if isinstance(data, (Sum, Gauge)):
+            for point in data.data_points:
+                attributes = point.attributes or {}
+                series = self.series_name(name, attributes)
+                step = step_for(attributes)
+                out.points += 1
+                if self._put(out, step, series, point.value, delta):
+                    _count_point(out, step)
+        elif isinstance(data, (Histogram, ExponentialHistogram)):
+            exponential = isinstance(data, ExponentialHistogram)
+            for point in data.data_points:
+                attributes = point.attributes or {}
+                series = self.series_name(name, attributes)
+                step = step_for(attributes)
+                out.points += 1
+                self._put_histogram(out, step, series, point, exponential, delta)
+        else:
+            out.unsupported += 1
+            out.unsupported_types.add(type(data).__name__)
+
+    def _put_histogram(
+        self,
+        out: Conversion,
+        step: int,
+        series: str,
+        point: Any,
+        exponential: bool,
+        delta: bool,
+    ) -> None:
+        count = point.count
+        total = point.sum
+        # OTLP makes sum, min and max optional; decoders mark them absent with None, NaN (sum),
+        # +inf (min) and -inf (max), which the SDK never produces itself: left out, not "bad".
+        if total is None or (isinstance(total, float) and math.isnan(total)):
+            total = None
+        lo, hi = getattr(point, "min", None), getattr(point, "max", None)
+        lo = None if lo == math.inf else lo
+        hi = None if hi == -math.inf else hi
+        if not delta:
+            signature = (count, total)
+            if self._last.get((series, step)) == signature:
+                out.unchanged += 1
+                return
+            out.signatures.setdefault(step, {})[series] = signature
+        stored = self._put(out, step, f"{series}/count", count, True)
+        if total is not None:
+            stored = self._put(out, step, f"{series}/sum", total, True) or stored
+        if stored:
+            _count_point(out, step)
+        if not count:
+            return
+        if _finite(total):
+            self._put(out, step, f"{series}/mean", total / count, True)
+        if lo is not None:
+            self._put(out, step, f"{series}/min", lo, True)
+        if hi is not None:
+            self._put(out, step, f"{series}/max", hi, True)
+        if self.distributions:
+            dist = (
+                exponential_distribution(point)
+                if exponential
+                else explicit_distribution(point.bucket_counts, point.explicit_bounds, lo, hi)
+            )
+            if dist is not None:
+                out.by_step.setdefault(step, {})[self._key(f"{series}/distribution", out)] = dist
+
+    def _put(self, out: Conversion, step: int, series: str, value: Any, always: bool) -> bool:
+        """Store one scalar; False when it was left out (not finite, or unchanged)."""
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)
+        ):
+            out.skipped_nonfinite += 1
+            _note(out, series)
+            return False
+        if not always:
+            if self._last.get((series, step)) == value:
+                out.unchanged += 1
+                return False
+            out.signatures.setdefault(step, {})[series] = value
+        out.by_step.setdefault(step, {})[self._key(series, out)] = value
+        return True
+
+    def commit(self, out: Conversion, step: int) -> None:
+        """Remember what ``out`` held at ``step`` once it was logged (so it is not logged again)."""
+        for series, signature in out.signatures.get(step, {}).items():
+            if len(self._last) >= self.max_remembered:
+                self._last.clear()
+            self._last[(series, step)] = signature
+
+    def _key(self, series: str, out: Conversion) -> str:
+        if series in self.reserved_keys or series.startswith("__"):
+            out.renamed += 1
+            return RENAME_PREFIX + series
+        return series
+
+    def series_name(self, metric_name: str, attributes: Mapping[str, Any]) -> str:
+        """``<metric>/<k1>=<v1>/<k2>=<v2>``: keys sorted, the step attribute left out."""
+        if not attributes:
+            return metric_name
+        parts = [
+            f"{key}={format_attribute(attributes[key])}"
+            for key in sorted(attributes)
+            if key != self.step_attribute
+        ]
+        return "/".join([metric_name, *parts]) if parts else metric_name
+
+
+def format_attribute(value: Any) -> str:
+    """An attribute value as it appears in a series name (``true``/``false``, lists joined)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        return ",".join(format_attribute(v) for v in value)
+    return str(value)
+
+
+def explicit_distribution(
+    bucket_counts: Iterable[int],
+    bounds: Iterable[float],
+    lo: float | None,
+    hi: float | None,
+) -> Distribution | None:
+    """Explicit-bucket counts as a distribution; the open outer buckets end at min / max."""
+    counts = [int(c) for c in bucket_counts]
+    edges = [float(b) for b in bounds]
+    if not counts or sum(counts) <= 0 or len(edges) != len(counts) - 1:
+        return None
+    # (left, right, count); None is an open end.
+    intervals: list[list[Any]] = [
+        [edges[i - 1] if i > 0 else None, edges[i] if i < len(edges) else None, c]
+        for i, c in enumerate(counts)
+    ]
+    return _close(_trim(intervals), lo, hi)
+
+
+def exponential_distribution(point: Any) -> Distribution | None:
+    """Exponential-bucket counts (positive, zero, negative) as a contiguous distribution."""
+    try:
+        base_exp = 2.0 ** -int(
+            point.scale
+        )  # bucket i covers (2**(i*base_exp), 2**((i+1)*base_exp)]
+        intervals: list[list[Any]] = []
+        negative = point.negative
+        for i, c in enumerate(negative.bucket_counts):
+            index = negative.offset + i
+            intervals.append([-(2.0 ** ((index + 1) * base_exp)), -(2.0 ** (index * base_exp)), c])
+        positive = point.positive
+        for i, c in enumerate(positive.bucket_counts):
+            index = positive.offset + i
+            intervals.append([2.0 ** (index * base_exp), 2.0 ** ((index + 1) * base_exp), c])
+        if point.zero_count:
+            magnitudes = [min(abs(a), abs(b)) for a, b, c in intervals if c]
+            width = min(magnitudes) if magnitudes else 1e-9
+            intervals.append([-width, width, point.zero_count])
+    except (OverflowError, AttributeError, TypeError):
+        return None
+    intervals = [iv for iv in intervals if iv[0] is not None]
+    intervals.sort(key=lambda iv: (iv[0], iv[1]))
+    if not intervals or sum(int(iv[2]) for iv in intervals) <= 0:
+        return None
+    filled: list[list[Any]] = []
+    for iv in intervals:
+        if filled and iv[0] > filled[-1][1]:
+            filled.append([filled[-1][1], iv[0], 0])  # gap between bucket ranges
+        elif filled and iv[0] < filled[-1][1]:
+            iv = [filled[-1][1], max(iv[1], filled[-1][1]), iv[2]]
+        filled.append(list(iv))
+    return _close(_trim(filled), None, None)
+
+
+def _trim(intervals: list[list[Any]]) -> list[list[Any]]:
+    start, end = 0, len(intervals)
+    while start < end and not intervals[start][2]:
+        start += 1
+    while end > start and not intervals[end - 1][2]:
+        end -= 1
+    return intervals[start:end]
+
+
+def _close(intervals: list[list[Any]], lo: float | None, hi: float | None) -> Distribution | None:
+    if not intervals:
+        return None
+    first, last = intervals[0], intervals[-1]
+    if first[0] is None:
+        right = first[1]
+        first[0] = lo if _finite(lo) and (right is None or lo <= right) else right
+    if last[1] is None:
+        left = last[0]
+        last[1] = hi if _finite(hi) and (left is None or hi >= left) else left
+    if first[0] is None or last[1] is None:
+        return None
+    edges = [float(first[0]), *(float(iv[1]) for iv in intervals)]
+    if not all(math.isfinite(e) for e in edges):
+        return None
+    return Distribution(counts=tuple(int(iv[2]) for iv in intervals), edges=tuple(edges))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _count_point(out: Conversion, step: int) -> None:
+    out.points_by_step[step] = out.points_by_step.get(step, 0) + 1
+
+
+def _note(out: Conversion, series: str) -> None:
+    if len(out.skipped_series) < 5 and series not in out.skipped_series:
+        out.skipped_series.append(series)

@@ -1,0 +1,317 @@
+"""A span's GenAI facts, whatever convention carried them: :func:`read_span_facts`.
+
+One small module per convention (``otel_genai``, ``openinference``, ``openllmetry``, ``tokens``);
+this module applies the precedence when a span carries several forms (first one present wins,
+per field):
+
+- kind: ``gen_ai.operation.name`` > ``openinference.span.kind`` > ``traceloop.span.kind`` >
+  ``llm.request.type`` > inferred (messages, usage or token ids present → generation);
+- messages (system, input and output each on their own): OTel JSON attributes > OTel events
+  (``...operation.details``, then per-message events, then ``gen_ai.content.*``) > OpenInference
+  ``llm.*_messages`` > OpenLLMetry ``gen_ai.prompt/completion.N`` > a generation's
+  ``input.value``/``output.value`` (a request/response body or text) > decoded token ids;
+- model: ``gen_ai.response.model`` > ``gen_ai.request.model`` > ``llm.model_name``;
+- usage: ``gen_ai.usage.input/output_tokens`` > ``gen_ai.usage.prompt/completion_tokens`` >
+  ``llm.token_count.prompt/completion``; cost: ``llm.cost.total`` > ``gen_ai.usage.cost`` >
+  ``llm.cost.prompt + llm.cost.completion``;
+- tool input/output: ``gen_ai.tool.call.arguments/result`` > ``input.value``/``output.value`` >
+  ``traceloop.entity.input/output``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._records import SpanRecord
+from . import openinference, openllmetry, otel_genai, tokens
+from ._common import as_float, as_int, as_text, normalize_message, normalize_messages, parse_json
+from .tokens import DEFAULT_TOKEN_ID_ATTRIBUTES, TokenDecoder
+
+__all__ = [
+    "DEFAULT_TOKEN_ID_ATTRIBUTES",
+    "ReadOptions",
+    "SpanFacts",
+    "TokenDecoder",
+    "parse_json",
+    "read_span_facts",
+]
+
+GENERATION_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+TOOL_OPERATIONS = frozenset({"execute_tool"})
+
+Messages = list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class SpanFacts:
+    """What the converter needs from a span, whatever convention carried it.
+
+    ``consumed`` names the attributes (and ``consumed_events`` the event indexes) already
+    represented here, so they are not repeated in the span's metadata; ``extra_metadata`` holds
+    notes to add there (token counts, decode errors).
+    """
+
+    kind: str = "span"
+    model: str | None = None
+    provider: str | None = None
+    usage: dict[str, int] | None = None
+    cost_usd: float | None = None
+    input: Any = None
+    output: Any = None
+    system_messages: Messages = field(default_factory=list)
+    input_messages: Messages | None = None
+    output_messages: Messages | None = None
+    consumed: set[str] = field(default_factory=set)
+    consumed_events: set[int] = field(default_factory=set)
+    extra_metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """Token decoding: the decoder (None: ids stay as they are) and which attributes hold ids."""
+
+    token_decoder: TokenDecoder | None = None
+    token_id_attributes: Mapping[str, str] = field(
+        default_factory=lambda: dict(DEFAULT_TOKEN_ID_ATTRIBUTES)
+    )
+
+
+def read_span_facts(span: SpanRecord, options: ReadOptions | None = None) -> SpanFacts:
+    """Collect kind, model, usage, cost, input/output and chat messages from one span."""
+    options = options or ReadOptions()
+    attrs = span.attributes
+    facts = SpanFacts()
+    facts.model = _first_text(
+        attrs,
+        ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "llm.response.model"),
+    )
+    facts.provider = _first_text(
+        attrs, ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+    )
+    facts.usage = _read_usage(attrs, facts.consumed)
+    facts.cost_usd = _read_cost(attrs, facts.consumed)
+    found_messages = _read_messages(span, facts)
+    has_ids, token_in, token_out = tokens.read(
+        attrs,
+        options.token_decoder,
+        options.token_id_attributes,
+        facts.consumed,
+        facts.extra_metadata,
+    )
+    kind = _explicit_kind(attrs)
+    if kind is None:
+        kind = "generation" if found_messages or facts.usage or has_ids else "span"
+    facts.kind = kind
+    _read_io(attrs, facts)
+    if kind == "generation":
+        _messages_from_io(facts, token_in, token_out)
+    if token_in is not None:
+        _fill(facts, "input", token_in, "prompt text")
+    if token_out is not None:
+        _fill(facts, "output", token_out, "response text")
+    return facts
+
+
+def _first_text(attrs: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        value = attrs.get(key)
+        if value is not None and value != "":
+            return as_text(value)
+    return None
+
+
+def _explicit_kind(attrs: Mapping[str, Any]) -> str | None:
+    operation = attrs.get("gen_ai.operation.name")
+    if isinstance(operation, str):
+        if operation in GENERATION_OPERATIONS:
+            return "generation"
+        return "tool" if operation in TOOL_OPERATIONS else "span"
+    return openinference.kind(attrs) or openllmetry.kind(attrs)
+
+
+_USAGE_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "input_tokens",
+        ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt"),
+    ),
+    (
+        "output_tokens",
+        (
+            "gen_ai.usage.output_tokens",
+            "gen_ai.usage.completion_tokens",
+            "llm.token_count.completion",
+        ),
+    ),
+    (
+        "total_tokens",
+        ("gen_ai.usage.total_tokens", "llm.usage.total_tokens", "llm.token_count.total"),
+    ),
+    (
+        "cache_read_input_tokens",
+        (
+            "gen_ai.usage.cache_read.input_tokens",
+            "gen_ai.usage.cache_read_input_tokens",
+            "llm.token_count.prompt_details.cache_read",
+        ),
+    ),
+    (
+        "reasoning_output_tokens",
+        (
+            "gen_ai.usage.reasoning.output_tokens",
+            "llm.token_count.completion_details.reasoning",
+        ),
+    ),
+)
+
+
+def _read_usage(attrs: Mapping[str, Any], consumed: set[str]) -> dict[str, int] | None:
+    usage: dict[str, int] = {}
+    for target, keys in _USAGE_KEYS:
+        for key in keys:
+            value = as_int(attrs.get(key))
+            if value is not None:  # 0 is a real count
+                usage[target] = value
+                consumed.add(key)
+                break
+    if "input_tokens" not in usage and "output_tokens" not in usage:
+        return usage or None
+    if "total_tokens" not in usage:
+        usage["total_tokens"] = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+    return usage
+
+
+def _read_cost(attrs: Mapping[str, Any], consumed: set[str]) -> float | None:
+    for key in ("llm.cost.total", "gen_ai.usage.cost", "gen_ai.cost.total"):
+        value = as_float(attrs.get(key))
+        if value is not None:
+            consumed.add(key)
+            return value
+    parts = [as_float(attrs.get(k)) for k in ("llm.cost.prompt", "llm.cost.completion")]
+    if any(p is not None for p in parts):
+        return sum(p for p in parts if p is not None)
+    return None
+
+
+_FLAT_PREFIXES = (
+    "llm.input_messages.",
+    "llm.output_messages.",
+    "gen_ai.prompt.",
+    "gen_ai.completion.",
+)
+
+
+def _read_messages(span: SpanRecord, facts: SpanFacts) -> bool:
+    """Fill system/input/output messages by precedence; True when any form was found."""
+    attrs = span.attributes
+    sources = [
+        otel_genai.read_attributes(attrs, facts.consumed),
+        otel_genai.read_events(span.events, facts.consumed_events)
+        if span.events
+        else ([], None, None),
+    ]
+    if any(key.startswith(_FLAT_PREFIXES) for key in attrs):  # one cheap pass for both readers
+        sources.append((None, *openinference.read(attrs, facts.consumed)))
+        sources.append((None, *openllmetry.read(attrs, facts.consumed)))
+    for system, inputs, outputs in sources:
+        if system and not facts.system_messages:
+            facts.system_messages = system
+        if inputs is not None and facts.input_messages is None:
+            facts.input_messages = inputs
+        if outputs is not None and facts.output_messages is None:
+            facts.output_messages = outputs
+    return bool(
+        facts.system_messages
+        or facts.input_messages is not None
+        or facts.output_messages is not None
+    )
+
+
+_INPUT_KEYS = ("input.value", "traceloop.entity.input")
+_OUTPUT_KEYS = ("output.value", "traceloop.entity.output")
+_TOOL_INPUT_KEYS = ("gen_ai.tool.call.arguments", *_INPUT_KEYS)
+_TOOL_OUTPUT_KEYS = ("gen_ai.tool.call.result", *_OUTPUT_KEYS)
+
+
+def _value(attrs: Mapping[str, Any], key: str) -> Any:
+    mime = attrs.get(f"{key.rsplit('.', 1)[0]}.mime_type") if key.endswith(".value") else None
+    if isinstance(mime, str) and not mime.endswith("json"):
+        return attrs[key]  # declared text: keep it even when it looks like JSON
+    return parse_json(attrs[key])
+
+
+def _read_io(attrs: Mapping[str, Any], facts: SpanFacts) -> None:
+    tool = facts.kind == "tool"
+    for side, keys in (
+        ("input", _TOOL_INPUT_KEYS if tool else (*_INPUT_KEYS, "gen_ai.tool.call.arguments")),
+        ("output", _TOOL_OUTPUT_KEYS if tool else (*_OUTPUT_KEYS, "gen_ai.tool.call.result")),
+    ):
+        for key in keys:
+            if key in attrs:
+                setattr(facts, side, _value(attrs, key))
+                facts.consumed.add(key)
+                if key.endswith(".value"):
+                    facts.consumed.add(f"{key[: -len('.value')]}.mime_type")
+                break
+    if facts.input_messages is not None or facts.system_messages:
+        facts.input = facts.system_messages + (facts.input_messages or [])
+    if facts.output_messages is not None:
+        facts.output = facts.output_messages
+
+
+def _messages_from_io(facts: SpanFacts, token_in: str | None, token_out: str | None) -> None:
+    """A generation without message attributes: messages from its request/response bodies
+    (``input.value``, a ``traced()`` call's arguments, ...) or from decoded token ids."""
+    if facts.input_messages is None:
+        if facts.input is not None and not facts.system_messages:
+            facts.input_messages = _request_messages(facts.input)
+        elif token_in is not None:
+            facts.input_messages = [{"role": "user", "content": token_in}]
+    if facts.output_messages is None:
+        if facts.output is not None:
+            facts.output_messages = [_response_message(facts.output)]
+        elif token_out is not None:
+            facts.output_messages = [{"role": "assistant", "content": token_out}]
+    system = [m for m in facts.input_messages or [] if m.get("role") == "system"]
+    if system and not facts.system_messages:
+        facts.system_messages = system
+        facts.input_messages = [m for m in facts.input_messages or [] if m.get("role") != "system"]
+
+
+def _request_messages(value: Any) -> Messages:
+    if isinstance(value, Mapping):
+        for key in ("messages", "input", "prompt"):
+            if key in value:
+                return _request_messages(value[key])
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(m, Mapping) and "role" in m for m in value)
+    ):
+        return normalize_messages(value, "user")
+    return [{"role": "user", "content": as_text(value)}]
+
+
+def _response_message(value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        choices = value.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+            choice = choices[0]
+            if isinstance(choice.get("message"), Mapping):
+                message = normalize_message(choice["message"], "assistant")
+            else:
+                message = {"role": "assistant", "content": as_text(choice.get("text"))}
+            if choice.get("finish_reason") is not None:
+                message["finish_reason"] = as_text(choice["finish_reason"])
+            return message
+        if "role" in value or "parts" in value:
+            return normalize_message(value, "assistant")
+    return {"role": "assistant", "content": as_text(value)}
+
+
+def _fill(facts: SpanFacts, side: str, text: str, label: str) -> None:
+    if getattr(facts, side) is None:
+        setattr(facts, side, text)
+    else:
+        facts.extra_metadata[label] = text

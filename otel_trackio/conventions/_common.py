@@ -1,0 +1,242 @@
+"""Shared helpers: JSON decoding that never fails, OpenAI-shaped messages, flattened attributes.
+
+Every convention reader ends in :func:`normalize_message`, so a message looks the same whichever
+convention carried it: ``{role, content, tool_calls?, tool_call_id?, name?, reasoning_content?,
+finish_reason?}`` with ``content`` a string, or a list of parts when it holds more than text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+# message keys read on every message; anything else sends it through the slower optional reads.
+_PLAIN_KEYS = frozenset({"role", "parts", "content", "tool_calls", "tool_call_id", "id"})
+
+
+def is_map(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, fast for the plain dicts JSON gives."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+def parse_json(value: Any) -> Any:
+    """Decode a JSON string (twice when it was double-encoded); anything else, or invalid or
+    truncated JSON, comes back unchanged, so the raw text is kept."""
+    for _ in range(2):
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if not text or text[0] not in '[{"':
+            return value
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            return value
+    return value
+
+
+def as_text(value: Any) -> str:
+    """Strings as they are, ``None`` as empty, anything else as compact JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def as_int(value: Any) -> int | None:
+    """An int from an attribute value (ints, finite floats, strings of ints); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and abs(value) < 1e18:
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def as_float(value: Any) -> float | None:
+    """A finite float from an attribute value; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None
+    else:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def arguments_text(arguments: Any) -> str:
+    """Tool call arguments as the JSON string OpenAI uses (strings are kept verbatim)."""
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return "{}"
+    return json.dumps(arguments, ensure_ascii=False, default=str)
+
+
+def tool_call(call: Any) -> dict[str, Any]:
+    """One tool call in OpenAI shape, from the OpenAI, OTel part or flat ``{id,name,arguments}``
+    form."""
+    if not isinstance(call, Mapping):
+        return {
+            "id": "",
+            "type": "function",
+            "function": {"name": as_text(call), "arguments": "{}"},
+        }
+    function = call.get("function")
+    if is_map(function):
+        name, arguments = function.get("name"), function.get("arguments")
+    else:
+        name, arguments = call.get("name"), call.get("arguments")
+    return {
+        "id": as_text(call.get("id")),
+        "type": "function",
+        "function": {"name": as_text(name), "arguments": arguments_text(arguments)},
+    }
+
+
+def parts_to_content(parts: Sequence[Any]) -> Any:
+    """Text-only parts join into one string; otherwise a part list (text as OpenAI text parts,
+    every other part, known or not, kept as it came)."""
+    texts: list[str] = []
+    for part in parts:
+        text = _part_text(part)
+        if text is None:
+            break
+        texts.append(text)
+    else:
+        return "\n".join(texts)
+    out: list[Any] = []
+    for part in parts:
+        text = _part_text(part)
+        out.append({"type": "text", "text": text} if text is not None else part)
+    return out
+
+
+def _part_text(part: Any) -> str | None:
+    if isinstance(part, str):
+        return part
+    if is_map(part) and part.get("type", "text") in TEXT_PART_TYPES:
+        for key in ("content", "text"):
+            if isinstance(part.get(key), str):
+                return part[key]
+    return None
+
+
+def normalize_message(message: Any, default_role: str = "user") -> dict[str, Any]:
+    """Any message form (OTel ``parts``, OpenAI ``content``/``tool_calls``, plain text) in
+    OpenAI shape. Never raises; unknown parts are kept in ``content``."""
+    if not is_map(message):
+        return {"role": default_role, "content": as_text(message)}
+    out: dict[str, Any] = {"role": as_text(message.get("role")) or default_role}
+    raw_calls = message.get("tool_calls")
+    tool_calls = (
+        [] if raw_calls is None else [tool_call(c) for c in _as_list(parse_json(raw_calls))]
+    )
+    reasoning: list[str] = []
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        kept: list[Any] = []
+        for part in parts:
+            ptype = part.get("type") if is_map(part) else None
+            if ptype == "tool_call":
+                tool_calls.append(tool_call(part))
+            elif ptype == "tool_call_response":
+                if part.get("id") is not None:
+                    out["tool_call_id"] = as_text(part.get("id"))
+                kept.append(as_text(part.get("response", part.get("result"))))
+            elif ptype == "reasoning":
+                reasoning.append(as_text(part.get("content")))
+            else:
+                kept.append(part)
+        content: Any = parts_to_content(kept)
+    else:
+        raw = parse_json(message.get("content"))
+        if isinstance(raw, list):
+            content = parts_to_content(raw)
+        else:
+            content = as_text(raw)
+    out["content"] = content
+    if tool_calls:
+        out["tool_calls"] = tool_calls
+    call_id = message.get("tool_call_id")
+    if call_id is None and out["role"] == "tool":
+        call_id = message.get("id")
+    if call_id is not None:
+        out["tool_call_id"] = as_text(call_id)
+    if not message.keys() <= _PLAIN_KEYS:
+        for key in ("name", "finish_reason"):
+            if message.get(key) is not None:
+                out[key] = as_text(message.get(key))
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(message.get(key), str):
+                reasoning.append(message[key])
+    if reasoning:
+        out["reasoning_content"] = "\n".join(reasoning)
+    return out
+
+
+def normalize_messages(value: Any, default_role: str) -> list[dict[str, Any]]:
+    """A message list from a JSON string, list or single message; raw text becomes one message."""
+    parsed = parse_json(value)
+    if isinstance(parsed, list):
+        return [normalize_message(m, default_role) for m in parsed]
+    if isinstance(parsed, Mapping) and ("role" in parsed or "parts" in parsed):
+        return [normalize_message(parsed, default_role)]
+    return [{"role": default_role, "content": as_text(parsed)}]
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    return [value]
+
+
+def unflatten(attrs: Mapping[str, Any], prefix: str, consumed: set[str]) -> list[dict[str, Any]]:
+    """``prefix.0.a.b = v`` attributes as ``[{"a": {"b": v}}]``; numeric segments become lists.
+
+    Only keys whose first segment after ``prefix`` is an index are read (and marked consumed).
+    """
+    root: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if not key.startswith(prefix):
+            continue
+        path = key[len(prefix) :].split(".")
+        if not path[0].isdigit():
+            continue
+        consumed.add(key)
+        node = root
+        for segment in path[:-1]:
+            child = node.get(segment)
+            if not isinstance(child, dict):
+                child = node[segment] = {}
+            node = child
+        node[path[-1]] = value
+    listed = _listify(root)
+    return [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+
+
+def _listify(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    if node and all(k.isdigit() for k in node):
+        return [_listify(node[k]) for k in sorted(node, key=int)]
+    return {k: _listify(v) for k, v in node.items()}

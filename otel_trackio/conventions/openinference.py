@@ -1,0 +1,86 @@
+"""OpenInference (Arize Phoenix) attributes.
+
+``openinference.span.kind`` (LLM, TOOL, CHAIN, ...), ``llm.input_messages.N.message.*`` and
+``llm.output_messages.N.message.*`` (``role``, ``content``, ``contents.K.message_content.*``,
+``tool_calls.J.tool_call.{id,function.name,function.arguments}``, ``tool_call_id``, ``name``),
+``llm.model_name``, ``llm.token_count.*``, ``llm.cost.*``, and ``input.value``/``output.value``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._common import as_text, normalize_message, unflatten
+
+Messages = list[dict[str, Any]]
+
+SPAN_KINDS = {"LLM": "generation", "TOOL": "tool"}
+
+
+def kind(attrs: Mapping[str, Any]) -> str | None:
+    """LLM → generation, TOOL → tool, any other kind → span; None without the attribute."""
+    value = attrs.get("openinference.span.kind")
+    if not isinstance(value, str):
+        return None
+    return SPAN_KINDS.get(value.upper(), "span")
+
+
+def read(attrs: Mapping[str, Any], consumed: set[str]) -> tuple[Messages | None, Messages | None]:
+    """(input, output) messages from ``llm.input_messages`` / ``llm.output_messages``."""
+    inputs = unflatten(attrs, "llm.input_messages.", consumed)
+    outputs = unflatten(attrs, "llm.output_messages.", consumed)
+    return (
+        [_message(m, "user") for m in inputs] if inputs else None,
+        [_message(m, "assistant") for m in outputs] if outputs else None,
+    )
+
+
+def _message(entry: dict[str, Any], default_role: str) -> dict[str, Any]:
+    flat = entry.get("message")
+    if not isinstance(flat, Mapping):
+        return normalize_message(None, default_role)
+    message: dict[str, Any] = {
+        k: v for k, v in flat.items() if k not in ("contents", "tool_calls", "function_call_name")
+    }
+    contents = flat.get("contents")
+    if isinstance(contents, list) and "content" not in flat:
+        message["content"] = [_content_part(c) for c in contents]
+    calls = flat.get("tool_calls")
+    if isinstance(calls, list):
+        message["tool_calls"] = [_tool_call(c) for c in calls]
+    elif flat.get("function_call_name") is not None:
+        message["tool_calls"] = [
+            {
+                "name": flat["function_call_name"],
+                "arguments": flat.get("function_call_arguments_json"),
+            }
+        ]
+        message.pop("function_call_arguments_json", None)
+    return normalize_message(message, default_role)
+
+
+def _content_part(entry: Any) -> Any:
+    part = entry.get("message_content") if isinstance(entry, Mapping) else None
+    if not isinstance(part, Mapping):
+        return entry
+    ptype = as_text(part.get("type")) or "text"
+    if ptype == "text":
+        return {"type": "text", "text": as_text(part.get("text"))}
+    if ptype == "image":
+        image = part.get("image")
+        url = image.get("image", {}).get("url") if isinstance(image, Mapping) else None
+        return {"type": "image_url", "image_url": {"url": as_text(url)}}
+    return dict(part)
+
+
+def _tool_call(entry: Any) -> dict[str, Any]:
+    call = entry.get("tool_call") if isinstance(entry, Mapping) else None
+    if not isinstance(call, Mapping):
+        return {"id": "", "name": as_text(entry), "arguments": "{}"}
+    function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    return {
+        "id": call.get("id"),
+        "name": function.get("name"),
+        "arguments": function.get("arguments"),
+    }

@@ -1,0 +1,115 @@
+"""OTel GenAI semantic conventions: JSON message attributes and the span event forms.
+
+Attributes: ``gen_ai.system_instructions``, ``gen_ai.input.messages``, ``gen_ai.output.messages``
+(JSON strings of ``{role, parts}``). Events, newest first:
+``gen_ai.client.inference.operation.details`` (the same attributes), the deprecated per-message
+events ``gen_ai.{system,user,assistant,tool}.message`` and ``gen_ai.choice``,
+and the older ``gen_ai.content.prompt``/``gen_ai.content.completion``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._records import EventRecord
+from ._common import normalize_message, normalize_messages, parse_json, parts_to_content
+
+Messages = list[dict[str, Any]]
+
+SYSTEM_KEY = "gen_ai.system_instructions"
+INPUT_KEY = "gen_ai.input.messages"
+OUTPUT_KEY = "gen_ai.output.messages"
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+MESSAGE_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+
+
+def system_messages(value: Any) -> Messages:
+    """``gen_ai.system_instructions`` (a list of parts, or text) as one system message."""
+    parsed = parse_json(value)
+    if (
+        isinstance(parsed, list)
+        and parsed
+        and all(isinstance(p, Mapping) and "role" in p for p in parsed)
+    ):
+        return [normalize_message(m, "system") for m in parsed]
+    parts = parsed if isinstance(parsed, list) else [parsed]
+    return [{"role": "system", "content": parts_to_content(parts)}]
+
+
+def read_attributes(
+    attrs: Mapping[str, Any], consumed: set[str]
+) -> tuple[Messages, Messages | None, Messages | None]:
+    """(system, input, output) messages from the JSON attributes; None where absent."""
+    system: Messages = []
+    if attrs.get(SYSTEM_KEY) is not None:
+        consumed.add(SYSTEM_KEY)
+        system = system_messages(attrs[SYSTEM_KEY])
+    inputs = outputs = None
+    if attrs.get(INPUT_KEY) is not None:
+        consumed.add(INPUT_KEY)
+        inputs = normalize_messages(attrs[INPUT_KEY], "user")
+    if attrs.get(OUTPUT_KEY) is not None:
+        consumed.add(OUTPUT_KEY)
+        outputs = normalize_messages(attrs[OUTPUT_KEY], "assistant")
+    return system, inputs, outputs
+
+
+def read_events(
+    events: Sequence[EventRecord], consumed_events: set[int]
+) -> tuple[Messages, Messages | None, Messages | None]:
+    """(system, input, output) messages from the event forms; the events used are marked."""
+    system: Messages = []
+    inputs: Messages | None = None
+    outputs: Messages | None = None
+    for index, event in enumerate(events):
+        if event.name != DETAILS_EVENT:
+            continue
+        s, i, o = read_attributes(event.attributes, set())
+        if s or i is not None or o is not None:
+            consumed_events.add(index)
+            system = system or s
+            inputs = inputs if inputs is not None else i
+            outputs = outputs if outputs is not None else o
+    if inputs is not None or outputs is not None:
+        return system, inputs, outputs
+    per_message: Messages = []
+    choices: Messages = []
+    for index, event in enumerate(events):
+        attrs = event.attributes
+        if event.name in MESSAGE_EVENTS:
+            consumed_events.add(index)
+            message = dict(attrs)
+            message.setdefault("role", MESSAGE_EVENTS[event.name])
+            per_message.append(normalize_message(message, MESSAGE_EVENTS[event.name]))
+        elif event.name == "gen_ai.choice":
+            consumed_events.add(index)
+            choices.append(_choice(attrs))
+        elif event.name == "gen_ai.content.prompt" and "gen_ai.prompt" in attrs:
+            consumed_events.add(index)
+            inputs = normalize_messages(attrs["gen_ai.prompt"], "user")
+        elif event.name == "gen_ai.content.completion" and "gen_ai.completion" in attrs:
+            consumed_events.add(index)
+            outputs = normalize_messages(attrs["gen_ai.completion"], "assistant")
+    if per_message:
+        system = [m for m in per_message if m["role"] == "system"]
+        inputs = [m for m in per_message if m["role"] != "system"]
+    if choices:
+        outputs = choices
+    return system, inputs, outputs
+
+
+def _choice(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    message = parse_json(attrs.get("message"))
+    if not isinstance(message, Mapping):
+        flat = {k[len("message.") :]: v for k, v in attrs.items() if k.startswith("message.")}
+        message = flat or {"content": message}
+    out = normalize_message({"role": "assistant", **message}, "assistant")
+    if attrs.get("finish_reason") is not None:
+        out["finish_reason"] = str(attrs["finish_reason"])
+    return out

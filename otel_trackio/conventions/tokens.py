@@ -1,0 +1,70 @@
+"""Token id lists on spans (``prompt_ids``, ``response_ids``, ``token_ids``) decoded to text.
+
+RL rollouts often record only token ids. With a ``token_decoder`` the exporter turns them into
+text on its own thread (conversion runs in ``export()``), never on the rollout thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+TokenDecoder = Callable[[Sequence[int]], str]
+
+#: attribute name → the side of the span it fills (``"input"`` or ``"output"``).
+DEFAULT_TOKEN_ID_ATTRIBUTES: Mapping[str, str] = {
+    "prompt_ids": "input",
+    "response_ids": "output",
+    "token_ids": "output",
+}
+
+
+def token_ids(value: Any) -> list[int] | None:
+    """A list of ints from an attribute (a sequence of ints, or a JSON string of one); else None."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith("["):
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return None
+    return list(value)
+
+
+def read(
+    attrs: Mapping[str, Any],
+    decoder: TokenDecoder | None,
+    names: Mapping[str, str],
+    consumed: set[str],
+    extra: dict[str, Any],
+) -> tuple[bool, str | None, str | None]:
+    """(any ids present, input text, output text). A failing decoder leaves the ids in metadata
+    and notes the error; it never raises."""
+    found = False
+    texts: dict[str, str] = {}
+    for name, side in names.items():
+        ids = token_ids(attrs.get(name))
+        if ids is None:
+            continue
+        found = True
+        if decoder is None:
+            continue
+        try:
+            decoded = decoder(ids)
+            text = decoded if isinstance(decoded, str) else str(decoded)
+        except Exception as exc:  # noqa: BLE001 - a user callable must not cost the sample
+            extra[f"{name}.decode_error"] = repr(exc)
+            continue
+        consumed.add(name)
+        extra[f"{name}.count"] = len(ids)
+        if side in texts or side not in ("input", "output"):
+            extra[f"{name}.text"] = text
+        else:
+            texts[side] = text
+    return found, texts.get("input"), texts.get("output")

@@ -1,0 +1,127 @@
+"""Validation generations as Trackio Traces (what verl's ``ValidationGenerationsLogger`` logs).
+
+Each sample ``(input, output, score)`` — or a dict with ``input``/``output``/``score`` and any
+other fields — becomes a Trace with a user and an assistant message and metadata
+``source="validation_generations"``, ``sample_index``, ``score`` (and the extra fields); all of
+one call are logged in one Trackio log call at ``step``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._convert import DEFAULT_MAX_VALUE_CHARS, _limit, _storable
+from ._sink import TrackioSink
+from .instrument import json_safe
+
+__all__ = ["generations_to_traces", "log_generations"]
+
+SOURCE = "validation_generations"
+
+_INPUT_KEYS = ("input", "prompt", "question")
+_OUTPUT_KEYS = ("output", "response", "completion", "answer")
+_SCORE_KEYS = ("score", "reward")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    safe = json_safe(value, max_chars=DEFAULT_MAX_VALUE_CHARS)
+    return safe if isinstance(safe, str) else json.dumps(safe, ensure_ascii=False)
+
+
+def _pick(sample: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any, str | None]:
+    for key in keys:
+        if key in sample:
+            return True, sample[key], key
+    return False, None, None
+
+
+def generations_to_traces(
+    samples: Iterable[Any], step: int, max_value_chars: int = DEFAULT_MAX_VALUE_CHARS
+) -> list[dict[str, Any]]:
+    """Trace dicts (``messages``, ``metadata``, ``spans``) for validation samples. Pure."""
+    traces: list[dict[str, Any]] = []
+    for position, sample in enumerate(samples):
+        extra: dict[str, Any] = {}
+        if isinstance(sample, Mapping):
+            has_in, given_in, in_key = _pick(sample, _INPUT_KEYS)
+            has_out, given_out, out_key = _pick(sample, _OUTPUT_KEYS)
+            has_score, score, score_key = _pick(sample, _SCORE_KEYS)
+            used = {in_key, out_key, score_key}
+            extra = {str(k): v for k, v in sample.items() if k not in used}
+        else:
+            items = (
+                list(sample)
+                if isinstance(sample, (tuple, list))
+                else [sample]  # a bare value is the input
+            )
+            has_in, has_out, has_score = len(items) > 0, len(items) > 1, len(items) > 2
+            given_in = items[0] if has_in else None
+            given_out = items[1] if has_out else None
+            score = items[2] if has_score else None
+            if len(items) > 3:
+                extra["extra"] = items[3:]
+        messages = []
+        if has_in:
+            messages.append({"role": "user", "content": _text(given_in)})
+        if has_out:
+            messages.append({"role": "assistant", "content": _text(given_out)})
+        sample_index = extra.pop("sample_index", position)
+        metadata: dict[str, Any] = {
+            "source": SOURCE,
+            "step": step,
+            "sample_index": json_safe(sample_index),
+            "validate": True,
+        }
+        if has_score:
+            metadata["score"] = json_safe(score)
+        for key, value in extra.items():
+            if key not in metadata:
+                metadata[key] = json_safe(value)
+        traces.append(
+            _storable(
+                {
+                    "messages": _limit(messages, max_value_chars),
+                    "metadata": _limit(metadata, max_value_chars),
+                    "spans": [],
+                }
+            )
+        )
+    return traces
+
+
+def log_generations(
+    samples: Iterable[Any],
+    step: int,
+    *,
+    key: str = "val/generations",
+    run: Any = None,
+) -> int:
+    """Log validation generations as Traces at ``step``, in one Trackio log call.
+
+    ``samples``: ``(input, output, score)`` tuples (shorter ones too: ``(input, output)``,
+    ``(input,)``), or dicts with ``input``/``output``/``score`` (also ``prompt``/``response``/
+    ``reward``) plus any other fields, which go to the metadata. Values need not be strings.
+    ``run``: a ``trackio.Run``; default the run active in this thread (``trackio.init``).
+    Returns how many Traces were logged (nothing is logged for no samples).
+    """
+    traces = generations_to_traces(samples, int(step))
+    if not traces:
+        return 0
+    try:
+        sink = TrackioSink(run=run)
+    except ValueError:
+        raise ValueError(
+            "log_generations needs a Trackio run: call trackio.init(...) in this thread "
+            "first, or pass run=<trackio.Run>."
+        ) from None
+    try:
+        sink.log_traces(key, traces, int(step))
+    finally:
+        sink.release()
+    return len(traces)

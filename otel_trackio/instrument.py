@@ -1,0 +1,515 @@
+"""Rollout instrumentation on the plain OTel API: ``rollout()`` for a sample, ``@traced`` for steps.
+
+``rollout(step, sample_index)`` starts the sample's root span and makes it current; everything
+started inside (nested spans, asyncio tasks, threads that copy the context) is that sample.
+``@traced`` records a function call as a span with its arguments and return value in
+OpenInference form (``input.value``/``output.value`` JSON, ``openinference.span.kind``), so any
+OTel backend reads them and ``TrackioSpanExporter`` shows them in the Trace.
+
+Rollout-thread cost is bounded: values are made JSON-safe with caps on string length, items,
+depth and total size, and nothing is serialised for a span that is not recorded (a sample
+dropped by a sampler).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import datetime
+import enum
+import functools
+import inspect
+import json
+import math
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar, overload
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
+
+from ._open_samples import register_open_sample, unregister_open_sample
+
+__all__ = ["json_safe", "rollout", "traced"]
+
+_SCOPE = "otel_trackio"
+
+#: caps applied to recorded values on the calling thread
+MAX_STRING_CHARS = 4096
+MAX_ITEMS = 64
+MAX_DEPTH = 6
+MAX_VALUE_CHARS = 32 * 1024
+
+_INT64 = 2**63
+_IDENTITY_KEYS = ("step", "sample_index", "rollout_n", "validate")
+
+_KINDS = {"generation": "LLM", "llm": "LLM", "tool": "TOOL", "span": "CHAIN", "chain": "CHAIN"}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The provider of the innermost rollout(): traced() spans inside it go to the same one.
+_provider_var: contextvars.ContextVar[TracerProvider | None] = contextvars.ContextVar(
+    "otel_trackio_provider", default=None
+)
+_tracers: weakref.WeakKeyDictionary[Any, Tracer] = weakref.WeakKeyDictionary()
+_tracers_lock = threading.Lock()
+
+
+def _tracer(provider: TracerProvider | None = None) -> Tracer:
+    # The global provider may be a proxy: its tracer follows the real provider once set.
+    provider = provider or _provider_var.get() or trace.get_tracer_provider()
+    tracer = _tracers.get(provider)
+    if tracer is None:
+        with _tracers_lock:
+            tracer = _tracers.get(provider)
+            if tracer is None:
+                tracer = provider.get_tracer(_SCOPE)
+                _tracers[provider] = tracer
+    return tracer
+
+
+# -- JSON-safe values -------------------------------------------------------------------------
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[otel-trackio cut {len(text) - limit} chars]"
+
+
+def json_safe(value: Any, *, max_chars: int = MAX_STRING_CHARS, _depth: int = 0) -> Any:
+    """``value`` as plain JSON data, bounded in size; never raises.
+
+    Handles dicts, sequences, sets, dataclasses, pydantic models (``model_dump``), numpy
+    scalars and arrays and torch tensors (summarised when large) without importing them, bytes
+    (summarised as ``<N bytes>``), enums, dates and paths; anything else becomes its ``repr``.
+    Strings longer than ``max_chars`` and containers longer than ``MAX_ITEMS`` are cut visibly.
+    """
+    try:
+        return _safe(value, max_chars, _depth)
+    except Exception as exc:  # noqa: BLE001 - recording a value must never break the call
+        return f"<unserialisable {type(value).__name__}: {exc!r}>"
+
+
+def _safe(value: Any, max_chars: int, depth: int) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if -_INT64 <= value < _INT64 else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return _cut(value, max_chars)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} bytes>"
+    if depth >= MAX_DEPTH:
+        return _cut(repr(value), 200)
+    module = type(value).__module__ or ""
+    if module.startswith("numpy") or module.startswith("torch"):
+        return _array(value, max_chars, depth)
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for i, (k, v) in enumerate(value.items()):
+            if i >= MAX_ITEMS:
+                out["…"] = f"{len(value) - MAX_ITEMS} more items"
+                break
+            out[str(k)] = _safe(v, max_chars, depth + 1)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = value if isinstance(value, (list, tuple)) else sorted(value, key=repr)
+        out_list = [
+            # token ids and flags are the common case: no call per item for them
+            v
+            if (t := type(v)) is bool or v is None or (t is int and -_INT64 <= v < _INT64)
+            else _safe(v, max_chars, depth + 1)
+            for v in items[:MAX_ITEMS]
+        ]
+        if len(items) > MAX_ITEMS:
+            out_list.append(f"… {len(items) - MAX_ITEMS} more items")
+        return out_list
+    if isinstance(value, enum.Enum):
+        return _safe(value.value, max_chars, depth + 1)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _safe(getattr(value, f.name, None), max_chars, depth + 1)
+            for f in dataclasses.fields(value)[:MAX_ITEMS]
+        }
+    dump = getattr(value, "model_dump", None)  # pydantic v2
+    if callable(dump) and not isinstance(value, type):
+        return _safe(dump(), max_chars, depth + 1)
+    dump = getattr(value, "dict", None)  # pydantic v1
+    if callable(dump) and hasattr(value, "__fields__") and not isinstance(value, type):
+        return _safe(dump(), max_chars, depth + 1)
+    if hasattr(value, "__fspath__"):
+        return str(value)
+    return _cut(repr(value), max_chars)
+
+
+def _array(value: Any, max_chars: int, depth: int) -> Any:
+    """numpy / torch values: scalars as numbers, small arrays as lists, large ones summarised."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) == 0 and hasattr(value, "item"):
+        return _safe(value.item(), max_chars, depth + 1)
+    if shape is None:
+        item = getattr(value, "item", None)
+        return _safe(item(), max_chars, depth + 1) if callable(item) else repr(value)
+    size = 1
+    for dim in shape:
+        size *= int(dim)
+    if size <= MAX_ITEMS and hasattr(value, "tolist"):
+        if hasattr(value, "detach"):  # torch: no grad, on the CPU
+            value = value.detach().cpu()
+        return _safe(value.tolist(), max_chars, depth + 1)
+    return {"dtype": str(getattr(value, "dtype", "?")), "shape": [int(d) for d in shape]}
+
+
+def _dumps(value: Any) -> str:
+    text = json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False)
+    return _cut(text, MAX_VALUE_CHARS)
+
+
+def _attribute_value(value: Any) -> Any:
+    """A valid OTel attribute value: primitives and homogeneous primitive lists as is (numpy
+    scalars as numbers), anything else as JSON text."""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    value = json_safe(value)
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)) and value:
+        kinds = {type(v) for v in value}
+        if len(kinds) == 1 and kinds <= {str, bool, int, float}:
+            return list(value)
+    return _dumps(value)
+
+
+# -- rollout() --------------------------------------------------------------------------------
+
+
+class _Rollout:
+    """The context manager :func:`rollout` returns (sync ``with`` and ``async with``)."""
+
+    __slots__ = ("_attributes", "_identity", "_name", "_provider", "_span", "_tokens")
+
+    def __init__(
+        self,
+        name: str,
+        attributes: dict[str, Any],
+        identity: dict[str, Any],
+        provider: TracerProvider | None,
+    ) -> None:
+        self._name = name
+        self._attributes = attributes
+        self._identity = identity
+        self._provider = provider
+        self._span: Span | None = None
+        self._tokens: tuple[object, contextvars.Token[Any]] | None = None
+
+    def __enter__(self) -> Span:
+        if self._span is not None:
+            raise RuntimeError("a rollout() context can be entered only once")
+        provider = self._provider or _provider_var.get()
+        span = _tracer(provider).start_span(self._name, attributes=self._attributes)
+        self._span = span
+        otel_token = otel_context.attach(trace.set_span_in_context(span))
+        self._tokens = (otel_token, _provider_var.set(provider))
+        if span.is_recording():
+            ctx = span.get_span_context()
+            register_open_sample(ctx.trace_id, ctx.span_id, self._identity)
+        return span
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        span = self._span
+        if span is None:
+            return
+        if self._tokens is not None:
+            otel_token, provider_token = self._tokens
+            self._tokens = None
+            try:
+                _provider_var.reset(provider_token)
+            except ValueError:  # exited in another context than entered: nothing to restore
+                pass
+            otel_context.detach(otel_token)  # type: ignore[arg-type]
+        recording = span.is_recording()
+        if exc is not None and recording:
+            _record_error(span, exc)
+        span.end()
+        if recording:
+            ctx = span.get_span_context()
+            unregister_open_sample(ctx.trace_id, ctx.span_id)
+
+    async def __aenter__(self) -> Span:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def rollout(
+    step: int,
+    sample_index: int | str,
+    *,
+    rollout_n: int | None = None,
+    validate: bool = False,
+    name: str = "rollout",
+    tracer_provider: TracerProvider | None = None,
+    **attributes: Any,
+) -> _Rollout:
+    """Start one rollout sample: its root span, current until the block ends.
+
+    ``with rollout(step, i, rollout_n=k): ...`` (or ``async with``) gives a span carrying
+    ``step``, ``sample_index``, ``rollout_n``, ``validate`` and ``attributes``; everything
+    started inside belongs to this sample and becomes one Trackio Trace. The span is returned,
+    so you can add attributes (a reward, ...). An exception marks it as error and propagates.
+
+    The sample is its own OTel trace unless a span is current when it starts (your step-level
+    span, or a remote parent): then it is that span's child. Both assemble the same way.
+    ``tracer_provider`` (default: the global one) is also used by ``@traced`` calls inside.
+    While open, the sample is registered so an exporter that must flush early keeps its
+    identity.
+    """
+    attrs: dict[str, Any] = {"step": step, "sample_index": sample_index}
+    if rollout_n is not None:
+        attrs["rollout_n"] = rollout_n
+    attrs["validate"] = bool(validate)
+    for key, value in attributes.items():
+        if value is not None:
+            attrs[key] = value
+    attrs = {key: _attribute_value(value) for key, value in attrs.items()}
+    identity = {key: attrs[key] for key in _IDENTITY_KEYS if key in attrs}
+    return _Rollout(name, attrs, identity, tracer_provider)
+
+
+# -- traced() ---------------------------------------------------------------------------------
+
+
+def _record_error(span: Span, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+class _Call:
+    """What one decorated function needs at call time, prepared once at decoration."""
+
+    __slots__ = ("drop_first", "kind_attrs", "name", "record_inputs", "record_outputs", "sig")
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        name: str | None,
+        kind: str | None,
+        record_inputs: bool,
+        record_outputs: bool,
+    ) -> None:
+        self.name = name or getattr(func, "__qualname__", None) or repr(func)
+        key = (kind or "span").lower()
+        if key not in _KINDS:
+            raise ValueError(f"traced(kind={kind!r}): use 'generation', 'tool' or 'span'")
+        self.kind_attrs: dict[str, Any] = {"openinference.span.kind": _KINDS[key]}
+        if _KINDS[key] == "TOOL":
+            self.kind_attrs["tool.name"] = self.name
+        self.record_inputs = record_inputs
+        self.record_outputs = record_outputs
+        try:
+            self.sig: inspect.Signature | None = inspect.signature(func)
+        except (TypeError, ValueError):
+            self.sig = None
+        params = list(self.sig.parameters) if self.sig is not None else []
+        self.drop_first = bool(params) and params[0] in ("self", "cls")
+
+    def start(self) -> Any:
+        """A context manager for the call's span (current while the call runs)."""
+        return _tracer().start_as_current_span(
+            self.name,
+            attributes=self.kind_attrs,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
+    def inputs(self, span: Span, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not self.record_inputs or not span.is_recording():
+            return
+        try:
+            if self.sig is None:
+                raise TypeError
+            bound = self.sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+            if self.drop_first:
+                arguments.pop(next(iter(self.sig.parameters)), None)
+        except TypeError:
+            arguments = {"args": list(args), "kwargs": kwargs}  # the call itself will complain
+        span.set_attribute("input.value", _dumps(arguments))
+        span.set_attribute("input.mime_type", "application/json")
+
+    def output(self, span: Span, result: Any) -> None:
+        if not self.record_outputs or not span.is_recording():
+            return
+        span.set_attribute("output.value", _dumps(result))
+        span.set_attribute("output.mime_type", "application/json")
+
+
+def _in_dropped_sample() -> bool:
+    """True inside a span a sampler dropped: the call then runs bare (no span, nothing recorded).
+
+    Every ParentBased / :class:`~otel_trackio.StepSampler` setup drops such children anyway;
+    skipping them keeps a dropped sample's cost to its root span.
+    """
+    parent = trace.get_current_span().get_span_context()
+    return parent.is_valid and not parent.trace_flags.sampled
+
+
+def _failed(span: Span, exc: BaseException) -> None:
+    if span.is_recording():
+        _record_error(span, exc)
+
+
+def _wrap(func: Callable[..., Any], call: _Call) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _in_dropped_sample():
+                return await func(*args, **kwargs)
+            with call.start() as span:
+                call.inputs(span, args, kwargs)
+                try:
+                    result = await func(*args, **kwargs)
+                except BaseException as exc:
+                    _failed(span, exc)
+                    raise
+                call.output(span, result)
+                return result
+
+        return async_wrapper
+
+    if inspect.isasyncgenfunction(func):
+
+        @functools.wraps(func)
+        async def asyncgen_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _in_dropped_sample():
+                async for item in func(*args, **kwargs):
+                    yield item
+                return
+            with call.start() as span:
+                call.inputs(span, args, kwargs)
+                items: list[Any] = []
+                try:
+                    async for item in func(*args, **kwargs):
+                        if len(items) < MAX_ITEMS:
+                            items.append(item)
+                        yield item
+                except GeneratorExit:
+                    raise  # the consumer stopped early: not an error
+                except BaseException as exc:
+                    _failed(span, exc)
+                    raise
+                call.output(span, items)
+
+        return asyncgen_wrapper
+
+    if inspect.isgeneratorfunction(func):
+
+        @functools.wraps(func)
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _in_dropped_sample():
+                return (yield from func(*args, **kwargs))
+            with call.start() as span:
+                call.inputs(span, args, kwargs)
+                items: list[Any] = []
+                try:
+                    for item in func(*args, **kwargs):
+                        if len(items) < MAX_ITEMS:
+                            items.append(item)
+                        yield item
+                except GeneratorExit:
+                    raise  # the consumer stopped early: not an error
+                except BaseException as exc:
+                    _failed(span, exc)
+                    raise
+                call.output(span, items)
+
+        return gen_wrapper
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _in_dropped_sample():
+            return func(*args, **kwargs)
+        with call.start() as span:
+            call.inputs(span, args, kwargs)
+            try:
+                result = func(*args, **kwargs)
+            except BaseException as exc:
+                _failed(span, exc)
+                raise
+            call.output(span, result)
+            return result
+
+    return wrapper
+
+
+@overload
+def traced(name: F) -> F: ...
+
+
+@overload
+def traced(
+    name: str | None = None,
+    *,
+    kind: str | None = None,
+    record_inputs: bool = True,
+    record_outputs: bool = True,
+) -> Callable[[F], F]: ...
+
+
+def traced(
+    name: str | Callable[..., Any] | None = None,
+    *,
+    kind: str | None = None,
+    record_inputs: bool = True,
+    record_outputs: bool = True,
+) -> Any:
+    """Record each call of a function (sync or async, plain or method) as a span.
+
+    ``@traced``, ``@traced("name")`` or ``@traced(kind="tool")``. ``kind`` is ``"generation"``
+    (a model call), ``"tool"`` or ``"span"`` (default), written as ``openinference.span.kind``
+    (LLM/TOOL/CHAIN). The bound arguments with their defaults (without ``self``/``cls``) go to
+    ``input.value`` and the return value to ``output.value``, as bounded JSON. An exception sets
+    error status and an ``exception`` event and is re-raised unchanged. Generators are traced
+    over their whole iteration, with the first items as output. Inside :func:`rollout` the span
+    belongs to that sample.
+    """
+    if (kind or "span").lower() not in _KINDS:
+        raise ValueError(f"traced(kind={kind!r}): use 'generation', 'tool' or 'span'")
+    if callable(name) and not isinstance(name, str):
+        return _decorate(name, None, kind, record_inputs, record_outputs)
+
+    def decorator(func: F) -> F:
+        return _decorate(func, name, kind, record_inputs, record_outputs)  # type: ignore[arg-type]
+
+    return decorator
+
+
+def _decorate(
+    func: Any, name: str | None, kind: str | None, record_inputs: bool, record_outputs: bool
+) -> Any:
+    if isinstance(func, (classmethod, staticmethod)):
+        inner = _decorate(func.__func__, name, kind, record_inputs, record_outputs)
+        return type(func)(inner)
+    call = _Call(func, name, kind, record_inputs, record_outputs)
+    return _wrap(func, call)

@@ -1,0 +1,261 @@
+"""``TrackioMetricExporter``: OTel metrics in, Trackio scalar plots at the rollout's steps out.
+
+The data path: ``export(MetricsData)`` → :class:`MetricConverter` (``{step: {series: value}}``)
+→ one ``run.log(values, step=s)`` per step, on the run held by :class:`TrackioSink` (shared with a
+span exporter for the same project and name).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.sdk.metrics import (
+    Counter,
+    Histogram,
+    ObservableCounter,
+    ObservableGauge,
+    ObservableUpDownCounter,
+    UpDownCounter,
+)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
+from opentelemetry.sdk.metrics.view import Aggregation
+
+from . import _steps
+from ._metric_convert import Distribution, MetricConverter
+from ._sink import TrackioSink
+
+_logger = logging.getLogger("otel_trackio")
+
+# Counters report totals (a rising line); histograms report one distribution per interval.
+DEFAULT_TEMPORALITY: dict[type, AggregationTemporality] = {
+    Counter: AggregationTemporality.CUMULATIVE,
+    UpDownCounter: AggregationTemporality.CUMULATIVE,
+    ObservableCounter: AggregationTemporality.CUMULATIVE,
+    ObservableUpDownCounter: AggregationTemporality.CUMULATIVE,
+    ObservableGauge: AggregationTemporality.CUMULATIVE,
+    Histogram: AggregationTemporality.DELTA,
+}
+try:  # synchronous Gauge exists in newer SDKs only
+    from opentelemetry.sdk.metrics import _Gauge as _SyncGauge
+
+    DEFAULT_TEMPORALITY[_SyncGauge] = AggregationTemporality.CUMULATIVE
+except ImportError:  # pragma: no cover - older SDK
+    pass
+
+_WARN_INTERVAL_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class MetricExportStats:
+    """Counters of what a metric exporter did, for summaries and tests."""
+
+    exports: int = 0
+    points_received: int = 0
+    points_logged: int = 0
+    values_logged: int = 0
+    skipped_nonfinite: int = 0
+    skipped_unchanged: int = 0
+    unsupported_metrics: int = 0
+    renamed_keys: int = 0
+    log_calls: int = 0
+    failed_exports: int = 0
+    values_lost: int = 0
+
+
+class TrackioMetricExporter(MetricExporter):
+    """An OTel ``MetricExporter`` that logs instruments as Trackio scalars at the training step.
+
+    Use it with a ``PeriodicExportingMetricReader`` (or ``math.inf`` interval and ``force_flush``).
+    Sums and gauges become one value per series; histograms become ``/count``, ``/sum``,
+    ``/mean``, ``/min``, ``/max`` (and ``/distribution`` with ``log_distributions=True``). Each
+    attribute set is its own series ``<name>/<key>=<value>`` (keys sorted, ``step`` left out).
+
+    Step of a point: its ``step`` attribute; else the latest rollout step known in this process
+    (``otel_trackio.set_step`` or spans seen by ``TrackioSpanExporter``); else the run's own
+    clock: once anything else has logged to the run, its latest step (so your own auto-stepped
+    ``trackio.log`` calls never shift); while only this exporter logs, the next step.
+
+    Args:
+        project, name: the Trackio project and run, when no run is given or active.
+        run: a ``trackio.Run`` to log into (never finished by the exporter).
+        step_attribute: the point attribute holding the step.
+        log_distributions: also log histogram buckets as a ``trackio.Histogram``.
+        preferred_temporality, preferred_aggregation: the standard OTel exporter preferences,
+            merged over the defaults (counters cumulative, histograms delta).
+        **trackio_init_kwargs: passed to ``trackio.init``.
+    """
+
+    def __init__(
+        self,
+        project: str | None = None,
+        name: str | None = None,
+        *,
+        run: Any = None,
+        step_attribute: str = "step",
+        log_distributions: bool = False,
+        preferred_temporality: dict[type, AggregationTemporality] | None = None,
+        preferred_aggregation: dict[type, Aggregation] | None = None,
+        **trackio_init_kwargs: Any,
+    ) -> None:
+        temporality = dict(DEFAULT_TEMPORALITY)
+        temporality.update(preferred_temporality or {})
+        super().__init__(
+            preferred_temporality=temporality, preferred_aggregation=preferred_aggregation
+        )
+        self._sink = TrackioSink(project, name, run=run, **trackio_init_kwargs)
+        self._converter = MetricConverter(
+            step_attribute=step_attribute,
+            distributions=log_distributions,
+            reserved_keys=self._sink.reserved_keys(),
+        )
+        self._lock = threading.Lock()
+        self._shutdown = False
+        # The run's next step right after our last log call: if it moved since, someone else
+        # logs to the run and step-less metrics attach to that step instead of advancing it.
+        self._clock_after_us: int | None = None
+        self._others_log = False
+        self._last_warning: dict[str, float] = {}
+        self.stats = MetricExportStats()
+
+    @property
+    def run(self) -> Any:
+        """The ``trackio.Run`` this exporter logs into."""
+        return self._sink.run
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        """Log every point of ``metrics_data``: one ``run.log`` per step. Never raises.
+
+        Takes any resource and scope (the OTLP receiver's entry point too); resource attributes
+        are not part of series names.
+        """
+        if self._shutdown:
+            return MetricExportResult.FAILURE
+        if not self._lock.acquire(timeout=max(0.0, float(timeout_millis) / 1000)):
+            self.stats.failed_exports += 1
+            self._warn("busy", f"exporter busy for {timeout_millis} ms; this export was dropped")
+            return MetricExportResult.FAILURE
+        try:
+            if self._shutdown:
+                return MetricExportResult.FAILURE
+            return self._export(metrics_data)
+        except Exception as exc:  # noqa: BLE001 - export() must never raise
+            self.stats.failed_exports += 1
+            self._warn("export", f"metric export failed: {exc!r}")
+            return MetricExportResult.FAILURE
+        finally:
+            self._lock.release()
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Nothing is buffered here (each export is logged at once): True unless shut down."""
+        return not self._shutdown
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """Stop exporting and finish the run if this exporter started it and is its last holder.
+
+        Idempotent. Waits at most ``timeout_millis`` (or the reader's ``timeout=``, in ms) for
+        an export in progress.
+        """
+        timeout = kwargs.get("timeout", timeout_millis)
+        try:
+            seconds = max(0.0, float(timeout) / 1000)
+        except (TypeError, ValueError):
+            seconds = 30.0
+        acquired = self._lock.acquire(timeout=seconds)
+        try:
+            if self._shutdown:
+                return
+            self._shutdown = True
+        finally:
+            if acquired:
+                self._lock.release()
+        self._sink.release()
+
+    # -- the pipeline -------------------------------------------------------------------------
+
+    def _export(self, metrics_data: MetricsData) -> MetricExportResult:
+        self.stats.exports += 1
+        conversion = self._converter.convert(metrics_data, self._fallback_step)
+        stats = self.stats
+        stats.points_received += conversion.points
+        stats.skipped_nonfinite += conversion.skipped_nonfinite
+        stats.skipped_unchanged += conversion.unchanged
+        stats.unsupported_metrics += conversion.unsupported
+        stats.renamed_keys += conversion.renamed
+        if conversion.skipped_nonfinite:
+            self._warn(
+                "nonfinite",
+                f"skipped {conversion.skipped_nonfinite} NaN/inf/non-numeric metric values in "
+                f"this export (e.g. {', '.join(conversion.skipped_series)}); "
+                f"{stats.skipped_nonfinite} so far",
+            )
+        if conversion.unsupported:
+            self._warn(
+                "unsupported",
+                f"skipped {conversion.unsupported} metrics of unsupported data types "
+                f"({', '.join(sorted(conversion.unsupported_types))})",
+            )
+        result = MetricExportResult.SUCCESS
+        logged_any = False
+        for step in sorted(conversion.by_step):
+            values = conversion.by_step[step]
+            payload = {key: self._value(key, v) for key, v in values.items()}
+            payload = {key: v for key, v in payload.items() if v is not None}
+            try:
+                self._sink.log(payload, step)
+            except Exception as exc:  # noqa: BLE001
+                stats.failed_exports += 1
+                stats.values_lost += len(values)
+                self._warn("log", f"trackio log at step {step} failed: {exc!r}")
+                result = MetricExportResult.FAILURE
+                continue
+            self._converter.commit(conversion, step)
+            logged_any = True
+            stats.log_calls += 1
+            stats.values_logged += len(values)
+            stats.points_logged += conversion.points_by_step.get(step, 0)
+        if logged_any:
+            self._clock_after_us = self._sink.next_step()
+        return result
+
+    def _value(self, key: str, value: Any) -> Any:
+        if not isinstance(value, Distribution):
+            return value
+        try:
+            return self._sink.histogram(value.counts, value.edges)
+        except Exception as exc:  # noqa: BLE001 - a bad distribution must not cost the scalars
+            self._warn("distribution", f"could not build the distribution {key!r}: {exc!r}")
+            return None
+
+    def _fallback_step(self) -> int:
+        known = _steps.latest_step()
+        if known is not None:
+            return known
+        clock = self._sink.next_step()
+        if self._clock_after_us is None:
+            foreign = clock > 0  # the run already has steps we did not log
+        else:
+            foreign = clock != self._clock_after_us  # someone logged since our last export
+        self._others_log = self._others_log or foreign
+        if self._others_log:
+            return max(clock - 1, 0)  # join their latest step; never shift their steps
+        return clock  # only this exporter logs to the run: advance it
+
+    def _warn(self, kind: str, message: str) -> None:
+        now = time.monotonic()
+        last = self._last_warning.get(kind)
+        if last is not None and now - last < _WARN_INTERVAL_SECONDS:
+            _logger.debug("otel-trackio: %s", message)
+            return
+        self._last_warning[kind] = now
+        _logger.warning("otel-trackio: %s", message)

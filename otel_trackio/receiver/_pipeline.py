@@ -1,0 +1,266 @@
+"""Routing decoded OTLP data into the same exporters the in-process SDK path uses.
+
+One :class:`TrackioSpanExporter` + :class:`TrackioMetricExporter` pair per (project, run), created
+lazily; both share one Trackio run through :class:`TrackioSink`. Everything here blocks (Trackio
+calls), so the HTTP layer calls it from worker threads, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from ..exporter import TrackioSpanExporter
+from ..metrics import TrackioMetricExporter
+from ._decode import DecodedMetrics, DecodedSpans, Route
+
+_logger = logging.getLogger("otel_trackio.receiver")
+
+
+class ReceiverUnavailable(RuntimeError):
+    """The pipeline is shutting down or could not take the data; the client may retry."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What became of one request's items: how many were rejected, and why."""
+
+    rejected: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        """The ``partial_success.error_message`` text ("" when all went well)."""
+        return "; ".join(self.problems)
+
+
+@dataclass(slots=True)
+class ReceiverStats:
+    """Counters of the receiver as a whole (exporter counters are summed on demand)."""
+
+    requests: int = 0
+    spans_received: int = 0
+    points_received: int = 0
+    rejected_items: int = 0
+    rejected_requests: int = 0
+
+
+class _Pair:
+    """The span and metric exporters of one (project, run)."""
+
+    def __init__(self, project: str, name: str | None, init_kwargs: dict[str, Any]) -> None:
+        self.spans = TrackioSpanExporter(project, name, **init_kwargs)
+        try:
+            self.metrics = TrackioMetricExporter(project, name, run=None, **init_kwargs)
+        except BaseException:
+            self.spans.shutdown()
+            raise
+        self.closed = False
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.spans.shutdown()  # logs open samples as partial
+        self.metrics.shutdown()  # the last holder of the run finishes it
+
+
+class Pipeline:
+    """Decoded spans and metrics → per-(project, run) exporters → Trackio.
+
+    Args:
+        project, name: the server's own Trackio project and run, used when a request's resource
+            carries no ``trackio.project`` / ``trackio.run``.
+        max_routes: at most this many (project, run) pairs; data for more is rejected.
+        **trackio_init_kwargs: passed to ``trackio.init`` for every run the receiver starts.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        name: str | None = None,
+        *,
+        max_routes: int = 64,
+        **trackio_init_kwargs: Any,
+    ) -> None:
+        self.project = project
+        self.name = name
+        self.max_routes = max_routes
+        self._init_kwargs = trackio_init_kwargs
+        self._pairs: dict[tuple[str, str | None], _Pair] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.stats = ReceiverStats()
+        self._stats_lock = threading.Lock()
+        self.default = self._pair_for((project, name))
+
+    # -- routing -------------------------------------------------------------------------------
+
+    @property
+    def run_name(self) -> str:
+        """The name of the server's own run (Trackio picks one when none was given)."""
+        return str(self.default.spans.run.name)
+
+    def _key(self, route: Route) -> tuple[str, str | None]:
+        project, run = route
+        return (project or self.project, run or self.name)
+
+    def _pair_for(self, key: tuple[str, str | None]) -> _Pair:
+        with self._lock:
+            if self._closed:
+                raise ReceiverUnavailable("the receiver is shutting down")
+            pair = self._pairs.get(key)
+            if pair is not None:
+                return pair
+            if len(self._pairs) >= self.max_routes:
+                raise OverflowError(
+                    f"too many Trackio runs ({self.max_routes}); trackio.project/trackio.run "
+                    f"{key[0]!r}/{key[1]!r} refused"
+                )
+            # A fresh context: no user run is "active" here, and trackio.init's context
+            # variables stay out of the worker thread that happens to build the pair.
+            pair = contextvars.Context().run(_Pair, key[0], key[1], self._init_kwargs)
+            self._pairs[key] = pair
+            if self._pairs.get((self.project, self.name)) is not pair:
+                _logger.info("otel-trackio: new route → project %r, run %r", key[0], key[1])
+            return pair
+
+    def _resolve(self, route: Route, items: int, outcome: Outcome) -> _Pair | None:
+        try:
+            return self._pair_for(self._key(route))
+        except ReceiverUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bad route must not fail the whole request
+            outcome.rejected += items
+            outcome.problems.append(f"{items} items rejected: {exc}")
+            return None
+
+    # -- data ------------------------------------------------------------------------------
+
+    def export_spans(self, decoded: DecodedSpans) -> Outcome:
+        """Hand each route's span records to its span exporter. Blocking."""
+        outcome = Outcome(decoded.rejected, list(decoded.problems))
+        for route, records in decoded.by_route.items():
+            pair = self._resolve(route, len(records), outcome)
+            if pair is None:
+                continue
+            result = pair.spans.export_records(records)
+            if result is not SpanExportResult.SUCCESS:
+                if self._closed:
+                    raise ReceiverUnavailable("the receiver is shutting down")
+                outcome.problems.append(
+                    "some samples could not be logged to Trackio (see the receiver's log)"
+                )
+        self._count(spans=decoded.accepted, rejected=outcome.rejected)
+        return outcome
+
+    def export_metrics(self, decoded: DecodedMetrics) -> Outcome:
+        """Hand each route's ``MetricsData`` to its metric exporter. Blocking."""
+        outcome = Outcome(decoded.rejected, list(decoded.problems))
+        for route, data in decoded.by_route.items():
+            points = sum(
+                len(m.data.data_points)
+                for rm in data.resource_metrics
+                for sm in rm.scope_metrics
+                for m in sm.metrics
+            )
+            pair = self._resolve(route, points, outcome)
+            if pair is None:
+                continue
+            if pair.metrics.export(data) is not MetricExportResult.SUCCESS:
+                if self._closed:
+                    raise ReceiverUnavailable("the receiver is shutting down")
+                outcome.problems.append(
+                    "some metric values could not be logged to Trackio (see the receiver's log)"
+                )
+        self._count(points=decoded.accepted, rejected=outcome.rejected)
+        return outcome
+
+    def count_refused(self) -> None:
+        """Count a request refused before decoding (bad token, size, type, body)."""
+        with self._stats_lock:
+            self.stats.requests += 1
+            self.stats.rejected_requests += 1
+
+    def _count(self, spans: int = 0, points: int = 0, rejected: int = 0) -> None:
+        with self._stats_lock:
+            self.stats.requests += 1
+            self.stats.spans_received += spans
+            self.stats.points_received += points
+            self.stats.rejected_items += rejected
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    def expire_idle(self) -> None:
+        """Log samples idle past their TTL (otherwise only the next export would notice)."""
+        for pair in self._open_pairs():
+            pair.spans.export_records(())
+
+    def totals(self) -> dict[str, int]:
+        """Counters for the summary line: received, logged and rejected so far."""
+        pairs = self._open_pairs(include_closed=True)
+        with self._stats_lock:
+            stats = dataclasses.replace(self.stats)
+        return {
+            "spans": stats.spans_received,
+            "points": stats.points_received,
+            "samples": sum(p.spans.stats.samples_logged for p in pairs),
+            "partial": sum(p.spans.stats.partial_samples for p in pairs),
+            "metrics": sum(p.metrics.stats.values_logged for p in pairs),
+            "rejected": stats.rejected_items + stats.rejected_requests,
+            "runs": len(pairs),
+        }
+
+    def _open_pairs(self, include_closed: bool = False) -> list[_Pair]:
+        with self._lock:
+            return [p for p in self._pairs.values() if include_closed or not p.closed]
+
+    def shutdown(self) -> None:
+        """Log every open sample as partial and finish every run the receiver started.
+
+        Idempotent; later requests get :class:`ReceiverUnavailable`.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pairs = list(self._pairs.values())
+        for pair in pairs:
+            try:
+                pair.shutdown()
+            except Exception as exc:  # noqa: BLE001 - finish the other runs anyway
+                _logger.warning("otel-trackio: shutting down a route failed: %r", exc)
+
+
+class Summary:
+    """Formats the periodic one-line summary; silent while no data flows."""
+
+    def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.monotonic) -> None:
+        self._pipeline = pipeline
+        self._clock = clock
+        self._last = pipeline.totals()
+        self._last_time = clock()
+
+    def line(self) -> str | None:
+        """The summary since the previous call, or None when nothing happened."""
+        now = self._clock()
+        totals = self._pipeline.totals()
+        previous, elapsed = self._last, max(now - self._last_time, 1e-9)
+        self._last, self._last_time = totals, now
+        if totals == previous:
+            return None
+        rate = (totals["spans"] - previous["spans"]) / elapsed
+        return (
+            f"otel-trackio: {rate:.1f} spans/s, {totals['samples']} samples logged "
+            f"({totals['partial']} partial), {totals['metrics']} metrics logged, "
+            f"{totals['rejected']} rejected, {totals['runs']} run(s)"
+        )

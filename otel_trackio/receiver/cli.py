@@ -1,0 +1,82 @@
+"""``otel-trackio serve``: the OTLP/HTTP receiver from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``otel-trackio`` argument parser (one subcommand for now: ``serve``)."""
+    parser = argparse.ArgumentParser(
+        prog="otel-trackio", description="OpenTelemetry to Hugging Face Trackio."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="receive OTLP/HTTP traces and metrics and log them into one Trackio run",
+        description="Receive OTLP/HTTP (POST /v1/traces, /v1/metrics; protobuf or JSON, gzip or "
+        "deflate) from any number of processes and log it into one Trackio run. A request "
+        "whose resource carries trackio.project / trackio.run goes to that project/run.",
+    )
+    serve.add_argument("--project", required=True, help="Trackio project")
+    serve.add_argument("--name", default=None, help="Trackio run name (default: Trackio picks)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=4318, help="port (default 4318; 0: any free)")
+    serve.add_argument(
+        "--token",
+        default=None,
+        help="require 'Authorization: Bearer TOKEN' (mandatory on a non-loopback --host)",
+    )
+    serve.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=20.0,
+        help="largest body, compressed or decompressed, in MiB (default 20)",
+    )
+    serve.add_argument(
+        "--summary-seconds",
+        type=float,
+        default=5.0,
+        help="seconds between summary lines while data flows (default 5; 0: none)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        from .server import OTLPReceiver
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        print(
+            f"otel-trackio serve needs the receiver extra: pip install 'otel-trackio[receiver]' "
+            f"({exc})",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        receiver = OTLPReceiver(
+            args.project,
+            args.name,
+            host=args.host,
+            port=args.port,
+            token=args.token,
+            max_body_bytes=max(1, int(args.max_body_mb * 1024 * 1024)),
+            summary_interval=args.summary_seconds,
+            report=_print,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"otel-trackio serve: {exc}", file=sys.stderr)
+        return 2
+    receiver.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""``OTLPReceiver``: the pipeline, the app and a uvicorn server, in the foreground or a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+
+from ._pipeline import Pipeline, Summary
+from .app import DEFAULT_MAX_BODY_BYTES, create_app
+
+_logger = logging.getLogger("otel_trackio.receiver")
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address ``host`` resolves to is a loopback address."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]).is_loopback for info in infos
+    )
+
+
+class OTLPReceiver:
+    """An OTLP/HTTP server logging everything it receives into Trackio.
+
+    ``start()`` runs it on a background thread (``port=0`` picks a free port; see ``url``);
+    ``serve_forever()`` runs it in the calling thread until SIGINT/SIGTERM. Stopping either way
+    logs every open sample as partial and finishes the runs it started. Also a context manager
+    (``with OTLPReceiver(...).start() as r:``).
+
+    Args:
+        project, name: the server's Trackio project and run; a request whose resource carries
+            ``trackio.project`` / ``trackio.run`` goes to that project/run instead.
+        host, port: where to listen. A non-loopback host needs a ``token``.
+        token: required ``Authorization: Bearer <token>`` of every request.
+        max_body_bytes: limit for a body and for its decompressed size.
+        summary_interval: seconds between summary lines while data flows (0: none).
+        report: where the start-up and summary lines go (default: the ``otel_trackio.receiver``
+            logger at INFO).
+        max_routes: at most this many (project, run) pairs.
+        **trackio_init_kwargs: passed to ``trackio.init``.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        name: str | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 4318,
+        token: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        summary_interval: float = 5.0,
+        report: Callable[[str], None] | None = None,
+        max_routes: int = 64,
+        **trackio_init_kwargs: Any,
+    ) -> None:
+        if not token and not is_loopback(host):
+            raise ValueError(
+                f"refusing to listen on non-loopback address {host!r} without a token: "
+                "pass --token (clients send 'Authorization: Bearer <token>')"
+            )
+        if max_body_bytes <= 0:
+            raise ValueError("max_body_bytes must be positive")
+        self.project = project
+        self.name = name
+        self.host = host
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+        self.summary_interval = summary_interval
+        self._report = report or (lambda line: _logger.info("%s", line))
+        self._socket = _bind(host, port)
+        self.port: int = self._socket.getsockname()[1]
+        try:
+            self.pipeline = Pipeline(project, name, max_routes=max_routes, **trackio_init_kwargs)
+        except BaseException:
+            self._socket.close()
+            raise
+        self.app = create_app(
+            self.pipeline, token=token, max_body_bytes=max_body_bytes, on_shutdown=self._finish
+        )
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            log_config=None,  # leave the process's logging configuration alone
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=30,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        self._stop_summary = threading.Event()
+        self._summary_thread: threading.Thread | None = None
+        self._finish_lock = threading.Lock()
+        self._finished = False
+
+    # -- public API ----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server, e.g. ``http://127.0.0.1:4318`` (append ``/v1/traces``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def run_name(self) -> str:
+        """The server's own Trackio run name."""
+        return self.pipeline.run_name
+
+    def start(self, timeout: float = 30.0) -> OTLPReceiver:
+        """Serve on a daemon thread; return once it accepts connections."""
+        if self._thread is not None:
+            return self
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(self._server.serve(sockets=[self._socket]))
+            except BaseException as exc:  # noqa: BLE001 - reported to start() / stop()
+                errors.append(exc)
+            finally:
+                self._finish()
+
+        self._thread = threading.Thread(target=run, name="otel-trackio-receiver", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self._server.started:
+            self.stop()
+            raise RuntimeError(
+                f"the OTLP receiver did not start: {errors[0] if errors else 'timeout'}"
+            )
+        self._on_started()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until SIGINT/SIGTERM (or ``stop()`` from another thread)."""
+        main = threading.current_thread() is threading.main_thread()
+        previous: dict[int, Any] = {}
+        if main:
+            # uvicorn re-raises the signal it caught once it is done; by then the runs are
+            # finished, so let that re-raise be a no-op and return normally.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda *_: None)
+        self._on_started_when_ready()
+        try:
+            asyncio.run(self._server.serve(sockets=[self._socket]))
+        finally:
+            self._finish()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop serving, log open samples as partial, finish the runs. Idempotent."""
+        self._server.should_exit = True
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self._finish()
+
+    def __enter__(self) -> OTLPReceiver:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _on_started_when_ready(self) -> None:
+        def wait() -> None:
+            while not self._server.started and not self._finished:
+                if self._stop_summary.wait(0.02):
+                    return
+            if self._server.started:
+                self._on_started()
+
+        threading.Thread(target=wait, name="otel-trackio-receiver-ready", daemon=True).start()
+
+    def _on_started(self) -> None:
+        auth = ", bearer token required" if self.token else ""
+        self._report(
+            f"otel-trackio serve: listening on {self.url} (OTLP/HTTP POST /v1/traces, "
+            f"/v1/metrics{auth}) -> Trackio project {self.project!r}, run {self.run_name!r}"
+        )
+        if self.summary_interval > 0 and self._summary_thread is None:
+            self._summary_thread = threading.Thread(
+                target=self._summarize, name="otel-trackio-receiver-summary", daemon=True
+            )
+            self._summary_thread.start()
+
+    def _summarize(self) -> None:
+        summary = Summary(self.pipeline)
+        while not self._stop_summary.wait(self.summary_interval):
+            try:
+                self.pipeline.expire_idle()
+                line = summary.line()
+            except Exception as exc:  # noqa: BLE001 - a summary must never stop the server
+                _logger.debug("otel-trackio: summary failed: %r", exc)
+                continue
+            if line:
+                self._report(line)
+
+    def _finish(self) -> None:
+        """Flush and finish every run once; called by the app's shutdown and after serving."""
+        with self._finish_lock:
+            if self._finished:
+                return
+            self._finished = True
+        self._stop_summary.set()
+        self.pipeline.shutdown()
+        totals = self.pipeline.totals()
+        self._report(
+            f"otel-trackio serve: stopped; {totals['spans']} spans, {totals['samples']} samples "
+            f"logged ({totals['partial']} partial), {totals['metrics']} metrics logged, "
+            f"{totals['rejected']} rejected"
+        )
+        try:
+            self._socket.close()
+        except OSError:
+            pass
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port); port 0 picks a free one."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+        family = infos[0][0]
+    except OSError:
+        pass
+    try:
+        sock = socket.create_server((host.strip("[]"), port), family=family, backlog=2048)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.set_inheritable(True)
+    return sock

@@ -1,0 +1,416 @@
+"""``configure()``: one call that sends this process's OTel spans and metrics to one Trackio run.
+
+OpenTelemetry lets a process set its global tracer and meter providers only once, so the first
+``configure()`` installs providers whose sampler, span processor and metric exporter are
+*switchable*; each ``configure()`` plugs its own exporters into them, and ``shutdown()`` unplugs
+them again. Calling ``configure()`` twice therefore never adds a second exporter: the same project
+and run return the existing handle, a different one replaces it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler, SamplingResult
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.span import TraceState
+from opentelemetry.util.types import Attributes
+
+from ._env import make_step_sampler
+from ._sink import TrackioSink
+from .exporter import TrackioSpanExporter
+from .metrics import DEFAULT_TEMPORALITY, TrackioMetricExporter
+
+_logger = logging.getLogger("otel_trackio")
+
+_SPAN_OPTIONS = frozenset(
+    name
+    for name, p in inspect.signature(TrackioSpanExporter.__init__).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "run"
+)
+_METRIC_ONLY_OPTIONS = frozenset({"log_distributions"})
+
+
+class _SwitchableSampler(Sampler):
+    """The global provider's sampler: delegates to the active configuration's sampler."""
+
+    def __init__(self) -> None:
+        self.target: Sampler = DEFAULT_ON
+
+    def should_sample(
+        self,
+        parent_context: otel_context.Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        """Ask the current target sampler."""
+        return self.target.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        """Names the current target."""
+        return f"OtelTrackio{{{self.target.get_description()}}}"
+
+
+class _SwitchableSpanProcessor(SpanProcessor):
+    """The global provider's span processor: forwards to the active batch processor, if any."""
+
+    def __init__(self) -> None:
+        self.target: SpanProcessor | None = None
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        """Forward to the current processor."""
+        target = self.target
+        if target is not None:
+            target.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Forward to the current processor (spans end nowhere while nothing is configured)."""
+        target = self.target
+        if target is not None:
+            target.on_end(span)
+
+    def shutdown(self) -> None:
+        """The provider is shutting down: shut the current processor down."""
+        target = self.target
+        if target is not None:
+            target.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush the current processor."""
+        target = self.target
+        return True if target is None else target.force_flush(timeout_millis)
+
+
+class _SwitchableMetricExporter(MetricExporter):
+    """The global periodic reader's exporter: forwards to the active metric exporter, if any."""
+
+    def __init__(self) -> None:
+        super().__init__(preferred_temporality=dict(DEFAULT_TEMPORALITY))
+        self.target: MetricExporter | None = None
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        """Forward to the current exporter; without one the interval's data is dropped."""
+        target = self.target
+        if target is None:
+            return MetricExportResult.SUCCESS
+        return target.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Flush the current exporter."""
+        target = self.target
+        return True if target is None else target.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """The reader is shutting down (process exit): shut the current exporter down."""
+        target = self.target
+        if target is not None:
+            target.shutdown(timeout_millis=timeout_millis)
+
+
+class _Installed:
+    """What the first ``configure()`` installed globally, reused by every later one."""
+
+    def __init__(self, resource: Resource | None, metric_export_interval_millis: float) -> None:
+        self.sampler = _SwitchableSampler()
+        self.span_switch = _SwitchableSpanProcessor()
+        self.metric_switch = _SwitchableMetricExporter()
+        self.reader: PeriodicExportingMetricReader | None = None
+        self.sampler_applies = False
+
+        current = trace.get_tracer_provider()
+        if isinstance(current, TracerProvider):
+            # Someone installed an SDK provider first: add our processor to it; its sampler stays.
+            self.tracer_provider = current
+        elif isinstance(current, trace.ProxyTracerProvider):
+            self.tracer_provider = TracerProvider(
+                sampler=self.sampler, resource=resource, shutdown_on_exit=False
+            )
+            trace.set_tracer_provider(self.tracer_provider)
+            self.sampler_applies = trace.get_tracer_provider() is self.tracer_provider
+        else:
+            raise RuntimeError(
+                f"otel-trackio: the global tracer provider is a {type(current).__name__}, not the "
+                "OTel SDK's; add TrackioSpanExporter to it yourself"
+            )
+        self.tracer_provider.add_span_processor(self.span_switch)
+
+        meter_provider = otel_metrics.get_meter_provider()
+        if isinstance(meter_provider, MeterProvider):
+            self.meter_provider: MeterProvider | None = None
+            _logger.warning(
+                "otel-trackio: a MeterProvider is already installed, so configure() cannot add "
+                "its metric reader; add PeriodicExportingMetricReader(TrackioMetricExporter("
+                "run=handle.run)) to your provider to get metrics"
+            )
+        else:
+            self.reader = PeriodicExportingMetricReader(
+                self.metric_switch, export_interval_millis=metric_export_interval_millis
+            )
+            provider = MeterProvider(
+                metric_readers=[self.reader], resource=resource, shutdown_on_exit=False
+            )
+            otel_metrics.set_meter_provider(provider)
+            self.meter_provider = (
+                provider if otel_metrics.get_meter_provider() is provider else None
+            )
+
+
+_lock = threading.RLock()
+_installed: _Installed | None = None
+_active: TrackioTelemetry | None = None
+
+
+class TrackioTelemetry:
+    """What :func:`configure` set up: the run, the exporters and the global providers.
+
+    ``shutdown()`` (also run at interpreter exit) flushes spans, then metrics, and only then
+    finishes the Trackio run (when ``configure`` started it). Usable as a context manager.
+    """
+
+    def __init__(
+        self,
+        installed: _Installed,
+        sink: TrackioSink,
+        span_exporter: TrackioSpanExporter,
+        span_processor: BatchSpanProcessor,
+        metric_exporter: TrackioMetricExporter | None,
+        settings: dict[str, Any],
+    ) -> None:
+        self._installed = installed
+        self._sink = sink
+        self._span_processor = span_processor
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._closed = False
+        self.span_exporter = span_exporter
+        self.metric_exporter = metric_exporter
+
+    @property
+    def run(self) -> Any:
+        """The ``trackio.Run`` spans and metrics go to (log your own metrics to it too)."""
+        return self._sink.run
+
+    @property
+    def tracer_provider(self) -> TracerProvider:
+        """The global SDK tracer provider spans go through."""
+        return self._installed.tracer_provider
+
+    @property
+    def meter_provider(self) -> MeterProvider | None:
+        """The global SDK meter provider, or None when metrics could not be installed."""
+        return self._installed.meter_provider
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`shutdown` ran."""
+        return self._closed
+
+    def get_tracer(self, name: str = "otel_trackio") -> trace.Tracer:
+        """A tracer of the global provider (same as ``opentelemetry.trace.get_tracer``)."""
+        return self.tracer_provider.get_tracer(name)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Log everything recorded so far: finished samples, open samples (as partial), metrics."""
+        if self._closed:
+            return False
+        ok = self._span_processor.force_flush(timeout_millis)
+        ok = self.span_exporter.force_flush(timeout_millis) and ok
+        if self.metric_exporter is not None and self._installed.reader is not None:
+            ok = self._installed.reader.force_flush(timeout_millis) and ok
+        return ok
+
+    def shutdown(self, timeout_millis: int = 30000) -> None:
+        """Flush spans, then metrics, then finish the run (if ``configure`` started it).
+
+        Idempotent; afterwards spans and metrics go nowhere until ``configure`` is called again.
+        """
+        global _active
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        installed = self._installed
+        try:
+            # Spans first: the metric exporter places step-less points at the latest span step.
+            if installed.span_switch.target is self._span_processor:
+                installed.span_switch.target = None
+            self._span_processor.shutdown()  # drains the queue, then the exporter's shutdown
+            if self.metric_exporter is not None:
+                if installed.reader is not None and installed.metric_switch.target is not None:
+                    installed.reader.force_flush(timeout_millis)
+                if installed.metric_switch.target is self.metric_exporter:
+                    installed.metric_switch.target = None
+                self.metric_exporter.shutdown(timeout_millis=timeout_millis)
+            if installed.sampler.target is self._settings.get("sampler"):
+                installed.sampler.target = DEFAULT_ON
+        finally:
+            self._sink.release()  # finishes the run only when configure() started it
+            with _lock:
+                if _active is self:
+                    _active = None
+            atexit.unregister(self.shutdown)
+
+    def __enter__(self) -> TrackioTelemetry:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+
+def configure(
+    project: str | None = None,
+    name: str | None = None,
+    *,
+    metrics: bool = True,
+    max_samples_per_step: int | None = None,
+    sampling_seed: int = 0,
+    metric_export_interval_millis: float = 10_000,
+    resource: Resource | None = None,
+    **options: Any,
+) -> TrackioTelemetry:
+    """Send this process's OTel spans and metrics to one Trackio run; returns the handle.
+
+    Installs global tracer and meter providers (the first time), a ``BatchSpanProcessor`` with a
+    :class:`TrackioSpanExporter` and a periodic reader with a :class:`TrackioMetricExporter`, both
+    logging to one run, and a per-step sampler when ``max_samples_per_step`` is set. The run is
+    found or started by the usual rules (``run=`` / the active run / ``trackio.init``).
+
+    Args:
+        project, name: the Trackio project and run.
+        metrics: also export OTel metrics to the run.
+        max_samples_per_step: keep at most this many samples per step in this process.
+        sampling_seed: the seed of that choice (the same in every worker makes them agree).
+        metric_export_interval_millis: how often metrics are exported (first call decides).
+        resource: the OTel resource of the providers (first call decides).
+        **options: :class:`TrackioSpanExporter` options (``key``, ``step_attribute``,
+            ``token_decoder`` ...), ``log_distributions`` for metrics, ``run=``, and anything
+            else for ``trackio.init`` (``server_url``, ``config``, ``resume`` ...).
+
+    Calling it again with the same project and run returns the active handle (other arguments
+    are then ignored, with a warning); a different project or run shuts the old handle down
+    first. Spans are never exported twice.
+    """
+    global _installed, _active
+    with _lock:
+        previous = _active
+        if previous is not None and not previous.closed:
+            wanted = {
+                "project": project,
+                "name": name,
+                "metrics": metrics,
+                "max_samples_per_step": max_samples_per_step,
+                "sampling_seed": sampling_seed,
+                **options,
+            }
+            if _same_target(previous, project, name, options.get("run")):
+                if any(previous._settings["args"].get(k) != v for k, v in wanted.items()):
+                    _logger.warning(
+                        "otel-trackio: configure() already active for this run; new arguments "
+                        "ignored (call .shutdown() on the handle first to change them)"
+                    )
+                return previous
+            _logger.warning(
+                "otel-trackio: configure() for another project/run: shutting down the previous one"
+            )
+            previous.shutdown()
+
+        run = options.pop("run", None)
+        metric_options = {k: options.pop(k) for k in list(options) if k in _METRIC_ONLY_OPTIONS}
+        span_options = {k: options.pop(k) for k in list(options) if k in _SPAN_OPTIONS}
+        if "step_attribute" in span_options:
+            metric_options["step_attribute"] = span_options["step_attribute"]
+        args = {
+            "project": project,
+            "name": name,
+            "metrics": metrics,
+            "max_samples_per_step": max_samples_per_step,
+            "sampling_seed": sampling_seed,
+            "run": run,
+            **span_options,
+            **metric_options,
+            **options,
+        }
+
+        sink = TrackioSink(project, name, run=run, **options)  # the remaining options: init
+        try:
+            if _installed is None:
+                _installed = _Installed(resource, metric_export_interval_millis)
+            installed = _installed
+            span_exporter = TrackioSpanExporter(run=sink.run, **span_options)
+            processor = BatchSpanProcessor(span_exporter)
+            metric_exporter = (
+                TrackioMetricExporter(run=sink.run, **metric_options)
+                if metrics and installed.reader is not None
+                else None
+            )
+            sampler: Sampler | None = None
+            if max_samples_per_step is not None:
+                sampler = make_step_sampler(
+                    max_samples_per_step,
+                    sampling_seed,
+                    step_attribute=span_exporter._options.step_attribute,
+                    sample_attribute=span_exporter._options.sample_attribute,
+                )
+                if installed.sampler_applies:
+                    installed.sampler.target = sampler
+                else:
+                    _logger.warning(
+                        "otel-trackio: max_samples_per_step ignored: another tracer provider was "
+                        "installed before configure(), and its sampler stays"
+                    )
+        except BaseException:
+            sink.release()
+            raise
+        installed.span_switch.target = processor
+        installed.metric_switch.target = metric_exporter
+        handle = TrackioTelemetry(
+            installed,
+            sink,
+            span_exporter,
+            processor,
+            metric_exporter,
+            {"args": args, "sampler": sampler},
+        )
+        _active = handle
+        # Registered after trackio.init()'s own exit hook, so it runs first: everything is
+        # logged before Trackio finishes the run at exit.
+        atexit.register(handle.shutdown)
+        return handle
+
+
+def _same_target(handle: TrackioTelemetry, project: str | None, name: str | None, run: Any) -> bool:
+    args = handle._settings["args"]
+    if run is not None or args.get("run") is not None:
+        return run is args.get("run")
+    return args.get("project") == project and args.get("name") == name
+
+
+def active_telemetry() -> TrackioTelemetry | None:
+    """The handle of the active :func:`configure`, if any."""
+    return _active

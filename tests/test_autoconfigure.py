@@ -1,0 +1,255 @@
+"""Zero-code setup: ``opentelemetry-instrument`` with ``OTEL_*`` variables only, and ``_env``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import read_logs, read_traces
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+
+from otel_trackio import _env
+from otel_trackio._env import (
+    TrackioConfigError,
+    TrackioEnvMetricExporter,
+    TrackioEnvSpanExporter,
+    span_exporter_options_from_env,
+    step_sampler_factory,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
+
+APP = textwrap.dedent(
+    """
+    # A program that knows nothing about Trackio: plain OTel API calls.
+    from opentelemetry import metrics, trace
+
+    tracer = trace.get_tracer("app")
+    reward = metrics.get_meter("app").create_histogram("rollout.reward")
+    for step in range(2):
+        for i in range(4):
+            sample = {"step": step, "sample_index": i}
+            with tracer.start_as_current_span("rollout", attributes=sample):
+                with tracer.start_as_current_span("chat policy") as span:
+                    span.set_attribute("gen_ai.operation.name", "chat")
+                    span.set_attribute("gen_ai.usage.input_tokens", 10 + i)
+                    span.set_attribute("gen_ai.usage.output_tokens", 2)
+            reward.record(0.25 * i, {"step": step})
+    print("app finished", trace.get_tracer_provider().sampler.get_description())
+    """
+)
+
+
+def _instrument(tmp_path: Path, trackio_dir: str, env: dict[str, str], *flags: str):
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    full_env = {
+        **clean,
+        "TRACKIO_DIR": trackio_dir,
+        "TRACKIO_DISABLE_TELEMETRY": "1",
+        "OTEL_TRACES_EXPORTER": "trackio",
+        "OTEL_METRICS_EXPORTER": "trackio",
+        "OTEL_LOGS_EXPORTER": "none",
+        **env,
+    }
+    return subprocess.run(
+        [str(INSTRUMENT), *flags, sys.executable, str(app)],
+        env=full_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_opentelemetry_instrument_with_env_vars_only(project, trackio_dir, tmp_path):
+    result = _instrument(
+        tmp_path,
+        trackio_dir,
+        {
+            "OTEL_EXPORTER_TRACKIO_PROJECT": project,
+            "OTEL_EXPORTER_TRACKIO_RUN": "zero-code",
+            "OTEL_SERVICE_NAME": "rollout-worker",
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    assert "app finished" in result.stdout
+
+    traces = read_traces(project, "zero-code")
+    assert [(t["step"], t["metadata"]["sample_index"]) for t in traces] == [
+        (s, i) for s in range(2) for i in range(4)
+    ]
+    assert [t["metadata"]["usage"]["input_tokens"] for t in traces[:4]] == [10, 11, 12, 13]
+    assert {t["metadata"]["service_name"] for t in traces} == {"rollout-worker"}
+    means = {
+        row["step"]: row["rollout.reward/mean"]
+        for row in read_logs(project, "zero-code")
+        if "rollout.reward/mean" in row
+    }
+    assert means == {0: pytest.approx(0.375), 1: pytest.approx(0.375)}
+
+
+def test_instrument_flags_and_sampling_cap(project, trackio_dir, tmp_path):
+    result = _instrument(
+        tmp_path,
+        trackio_dir,
+        {"OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP": "2"},
+        f"--exporter_trackio_project={project}",
+        "--exporter_trackio_run=flags",
+        "--exporter_trackio_key=rollout/sampled",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "StepSampler" in result.stdout  # the provider's sampler was set before app tracers
+    traces = read_traces(project, "flags")
+    assert [t["step"] for t in traces] == [0, 0, 1, 1]
+    assert {t["key"] for t in traces} == {"rollout/sampled"}
+
+
+def test_missing_project_is_one_clear_error_and_the_app_still_runs(tmp_path, trackio_dir):
+    result = _instrument(tmp_path, trackio_dir, {})
+    assert result.returncode == 0
+    assert "app finished" in result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert errors == [
+        "otel-trackio: set OTEL_EXPORTER_TRACKIO_PROJECT to the Trackio project to log into "
+        "(e.g. OTEL_EXPORTER_TRACKIO_PROJECT=my-rl); nothing is sent to Trackio."
+    ]
+
+
+# -- the environment reader, in process ------------------------------------------------------
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("OTEL_EXPORTER_TRACKIO_"):
+            monkeypatch.delenv(name)
+    _env._reported.clear()
+
+    def set_env(**values: str) -> None:
+        for key, value in values.items():
+            monkeypatch.setenv(f"OTEL_EXPORTER_TRACKIO_{key}", value)
+
+    return set_env
+
+
+def upper_decoder(ids):
+    return " ".join(f"<{i}>" for i in ids).upper()
+
+
+def test_options_from_env(env):
+    env(
+        PROJECT="p",
+        RUN="r",
+        KEY="k/traces",
+        SERVER_URL="http://127.0.0.1:1",
+        RESUME="allow",
+        SAMPLE_TTL_SECONDS="2.5",
+        MAX_BUFFERED_SPANS="10",
+        MAX_VALUE_CHARS="100",
+        TOKEN_DECODER=f"{__name__}:upper_decoder",
+        STEP_ATTRIBUTE="global_step",
+    )
+    options = span_exporter_options_from_env()
+    assert options == {
+        "project": "p",
+        "name": "r",
+        "server_url": "http://127.0.0.1:1",
+        "resume": "allow",
+        "key": "k/traces",
+        "step_attribute": "global_step",
+        "sample_ttl_seconds": 2.5,
+        "max_buffered_spans": 10,
+        "max_value_chars": 100,
+        "token_decoder": upper_decoder,
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MAX_VALUE_CHARS", "many"),
+        ("MAX_BUFFERED_SPANS", "0"),
+        ("SAMPLE_TTL_SECONDS", "nan"),
+        ("RESUME", "sometimes"),
+        ("TOKEN_DECODER", "no_such_module_xyz:decode"),
+        ("TOKEN_DECODER", "just-a-name"),
+    ],
+)
+def test_bad_values_name_the_variable(env, name, value):
+    env(PROJECT="p", **{name: value})
+    with pytest.raises(TrackioConfigError, match=f"OTEL_EXPORTER_TRACKIO_{name}"):
+        span_exporter_options_from_env()
+
+
+@pytest.mark.parametrize("off", ["none", "off", ""])
+def test_token_decoder_off(env, off):
+    env(PROJECT="p", TOKEN_DECODER=off)
+    assert "token_decoder" not in span_exporter_options_from_env()
+
+
+def test_zero_argument_exporters_share_one_run(env, project):
+    env(PROJECT=project, RUN="shared")
+    spans = TrackioEnvSpanExporter()
+    metrics = TrackioEnvMetricExporter()
+    try:
+        assert isinstance(spans, TrackioEnvSpanExporter)
+        assert spans.run is metrics.run
+        assert (spans.run.project, spans.run.name) == (project, "shared")
+    finally:
+        metrics.shutdown()
+        spans.shutdown()
+    assert spans.run._stop_flag.is_set()  # the last holder finished it
+
+
+def test_keyword_arguments_override_the_environment(env, project):
+    env(PROJECT="not-this-one", KEY="env/key")
+    exporter = TrackioEnvSpanExporter(project=project, name="kw", key="kw/key")
+    try:
+        assert (exporter.run.project, exporter.key) == (project, "kw/key")
+    finally:
+        exporter.shutdown()
+
+
+def test_missing_project_gives_a_disabled_exporter_and_one_error(env, caplog):
+    with caplog.at_level(logging.ERROR, logger="otel_trackio"):
+        spans = TrackioEnvSpanExporter()
+        metrics = TrackioEnvMetricExporter()
+    assert spans.export([]) is SpanExportResult.FAILURE
+    metrics.shutdown()
+    spans.shutdown()
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1
+    assert "OTEL_EXPORTER_TRACKIO_PROJECT" in messages[0]
+
+
+def test_sampler_entry_point(env):
+    assert step_sampler_factory(None) is DEFAULT_ON
+    assert "StepSampler" in step_sampler_factory("3").get_description()
+    env(MAX_SAMPLES_PER_STEP="5")
+    assert "StepSampler" in step_sampler_factory(None).get_description()
+    with pytest.raises(TrackioConfigError, match="OTEL_TRACES_SAMPLER_ARG"):
+        step_sampler_factory("lots")
+
+
+def test_entry_points_are_registered():
+    from importlib.metadata import entry_points
+
+    def target(group: str, name: str) -> str:
+        (point,) = [p for p in entry_points(group=group) if p.name == name]
+        return point.value
+
+    assert target("opentelemetry_traces_exporter", "trackio").endswith("TrackioEnvSpanExporter")
+    assert target("opentelemetry_metrics_exporter", "trackio").endswith("TrackioEnvMetricExporter")
+    assert target("opentelemetry_traces_sampler", "trackio_step").endswith("step_sampler_factory")
+    assert target("opentelemetry_environment_variables", "trackio") == "otel_trackio._env"
+    flags = [name for name in dir(_env) if name.startswith("OTEL_")]
+    assert flags and all(name.startswith("OTEL_EXPORTER_TRACKIO_") for name in flags)

@@ -1,0 +1,259 @@
+"""Real GenAI instrumentations of the ``openai`` client, against a loopback fake OpenAI server.
+
+The same two-call tool conversation (system "be brief", user "what is 2+2?", the model calls
+``calculator``, the tool answers "4", the model says "answer to: 4") is run under each
+instrumentation in turn, in one process: each test instruments the client with its own
+``TracerProvider`` and uninstruments it afterwards (the generation-span count would double if one
+leaked). The Trace read back from real Trackio storage must be the same whichever made the spans.
+
+- ``opentelemetry-instrumentation-openai-v2`` 2.4b0: OTel GenAI JSON attributes.
+- ``openinference-instrumentation-openai``: OpenInference flattened ``llm.*`` attributes.
+- ``opentelemetry-instrumentation-openai`` 0.40.x (OpenLLMetry): flattened ``gen_ai.prompt.N.*``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from conftest import read_traces
+from fake_openai_server import INPUT_TOKENS, MODEL, OUTPUT_TOKENS, FakeOpenAIServer
+from opentelemetry.instrumentation._semconv import _OpenTelemetrySemanticConventionStability
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from otel_trackio import TrackioSpanExporter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}},
+        },
+    }
+]
+ARGUMENTS = '{"expr": "2+2"}'
+EXPECTED_MESSAGES = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "what is 2+2?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": ARGUMENTS},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "4"},
+    {"role": "assistant", "content": "answer to: 4"},
+]
+# In the Trace's conversation a tool-call-only turn gets a readable content for the table preview.
+EXPECTED_CONVERSATION = [
+    *EXPECTED_MESSAGES[:2],
+    {**EXPECTED_MESSAGES[2], "content": f"[tool call] calculator({ARGUMENTS})"},
+    *EXPECTED_MESSAGES[3:],
+]
+
+
+def _openai_v2() -> Any:
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+    return OpenAIInstrumentor()
+
+
+def _openinference() -> Any:
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    return OpenAIInstrumentor()
+
+
+def _openllmetry() -> Any:
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    return OpenAIInstrumentor()
+
+
+INSTRUMENTORS: dict[str, Callable[[], Any]] = {
+    "openai-v2": _openai_v2,
+    "openinference": _openinference,
+    "openllmetry": _openllmetry,
+}
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def genai_env(monkeypatch) -> Callable[[str], None]:
+    """Content capture for openai-v2 (read when it instruments), latest GenAI semconv opted in."""
+
+    def apply(capture: str) -> None:
+        monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+        monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", capture)
+        monkeypatch.setenv("TRACELOOP_TRACE_CONTENT", "true")
+        # The opt-in is read once per process; make this test's value the one in force.
+        monkeypatch.setattr(_OpenTelemetrySemanticConventionStability, "_initialized", False)
+
+    return apply
+
+
+def run_conversation(
+    instrumentation: str, project: str, base_url: str, *, run: str = "conv"
+) -> None:
+    """The two-call tool conversation as one sample at step 1, exported into ``project``/``run``."""
+    exporter = TrackioSpanExporter(project=project, name=run)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("rollout")
+    instrumentor = INSTRUMENTORS[instrumentation]()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        client = openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0)
+        with tracer.start_as_current_span("rollout", attributes={"step": 1, "sample_index": 0}):
+            messages: list[dict[str, Any]] = [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "what is 2+2?"},
+            ]
+            first = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+            call = first.choices[0].message.tool_calls[0]
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {
+                                "name": call.function.name,
+                                "arguments": call.function.arguments,
+                            },
+                        }
+                    ],
+                }
+            )
+            with tracer.start_as_current_span(
+                "execute_tool calculator",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "calculator",
+                    "gen_ai.tool.call.id": call.id,
+                    "gen_ai.tool.call.arguments": call.function.arguments,
+                    "gen_ai.tool.call.result": "4",
+                },
+            ):
+                result = "4"
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+            second = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+            assert second.choices[0].message.content == "answer to: 4"
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+
+
+def conversation_traces(instrumentation: str, project: str, base_url: str) -> list[dict]:
+    """Run the conversation in this process; the Traces read back from Trackio storage."""
+    run_conversation(instrumentation, project, base_url)
+    return read_traces(project, "conv")
+
+
+def _check_span_facts(trace: dict) -> None:
+    generations = [s for s in trace["spans"] if s["kind"] == "generation"]
+    assert len(generations) == 2, [(s["name"], s["kind"]) for s in trace["spans"]]
+    for span in generations:
+        assert span["model"] == MODEL
+        assert span["usage"]["input_tokens"] == INPUT_TOKENS
+        assert span["usage"]["output_tokens"] == OUTPUT_TOKENS
+        assert span["usage"]["total_tokens"] == INPUT_TOKENS + OUTPUT_TOKENS
+        assert span["parent_id"] == trace["metadata"]["root_span_id"]
+    assert trace["metadata"]["usage"]["input_tokens"] == 2 * INPUT_TOKENS
+    (tool,) = [s for s in trace["spans"] if s["kind"] == "tool"]
+    assert tool["input"] == {"expr": "2+2"}
+    assert tool["output"] == "4"
+
+
+@pytest.mark.parametrize("instrumentation", list(INSTRUMENTORS))
+def test_same_conversation_from_every_instrumentation(instrumentation, project, server, genai_env):
+    genai_env("SPAN_ONLY")
+    traces = conversation_traces(instrumentation, project, server.base_url)
+    assert len(traces) == 1
+    trace = traces[0]
+    assert trace["step"] == 1
+    assert trace["messages"] == EXPECTED_CONVERSATION, json.dumps(trace["messages"], indent=1)
+    _check_span_facts(trace)
+    first, second = sorted(
+        (s for s in trace["spans"] if s["kind"] == "generation"), key=lambda s: s["start_time"]
+    )
+    # A generation's input is its own request; its output the model's reply.
+    assert first["input"] == EXPECTED_MESSAGES[:2]
+    assert second["input"] == EXPECTED_MESSAGES[:4]
+    assert first["output"][0]["tool_calls"] == EXPECTED_MESSAGES[2]["tool_calls"]
+    assert second["output"][0]["content"] == "answer to: 4"
+
+
+def test_model_call_without_content_keeps_model_and_usage(project, server, genai_env):
+    genai_env("NO_CONTENT")
+    (trace,) = conversation_traces("openai-v2", project, server.base_url)
+    _check_span_facts(trace)
+    for span in trace["spans"]:
+        if span["kind"] == "generation":
+            assert "input" not in span and "output" not in span
+    # No content anywhere and the root has no input/output: nothing invented.
+    assert trace["messages"] == []
+
+
+# OpenLLMetry 0.62 writes the OTel JSON form. It is the same distribution as the 0.40 above, so
+# `make test` installs it with --no-deps into its own folder (.venv/openllmetry-0.62) and this test
+# runs the conversation in a subprocess with that folder first on the path.
+OPENLLMETRY_JSON = ROOT / ".venv" / "openllmetry-0.62"
+
+SUBPROCESS_SCRIPT = """
+import sys, types
+from importlib.metadata import version
+# conftest would point TRACKIO_DIR at a new temp folder; this process must use the parent's.
+sys.modules["conftest"] = types.SimpleNamespace(read_traces=None)
+import test_instrumentations as t
+print(version("opentelemetry-instrumentation-openai"))
+t.run_conversation("openllmetry", sys.argv[1], sys.argv[2])
+"""
+
+
+def test_openllmetry_json_form(project, server, trackio_dir):
+    if not OPENLLMETRY_JSON.is_dir():
+        pytest.skip(f"{OPENLLMETRY_JSON} missing: run `make test` (it installs it)")
+    env = {
+        **os.environ,
+        "TRACKIO_DIR": trackio_dir,
+        "PYTHONPATH": os.pathsep.join([str(OPENLLMETRY_JSON), str(ROOT / "tests")]),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SUBPROCESS_SCRIPT, project, server.base_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[0].startswith("0.62"), result.stdout
+    (trace,) = read_traces(project, "conv")
+    assert trace["messages"] == EXPECTED_CONVERSATION
+    _check_span_facts(trace)
+    span = next(s for s in trace["spans"] if s["kind"] == "generation")
+    assert "gen_ai.input.messages" not in span["metadata"]  # read, not dumped

@@ -1,0 +1,458 @@
+"""Property-based fault tests: arbitrary spans and metric points must never crash or vanish.
+
+* span → Trace: random span trees (missing middle spans, parent-id cycles, duplicated span ids,
+  remote parents, end before start) carrying hostile attribute values go through
+  :class:`SampleAssembler` in random ``add()`` batches, then ``flush()``. Every input span must come
+  out in exactly one sample, and every sample must convert to a Trace that Trackio can serialise.
+* metric → scalar: random points through :class:`MetricConverter`: no exception, only finite
+  numbers come out, and every finite point is either logged or counted as left out.
+* a smaller number of random trees go end to end through the real exporter into real Trackio
+  storage, and every span is counted back.
+
+Examples are derandomised (same inputs on every CI run); set ``OTEL_TRACKIO_FAULT_EXAMPLES`` to
+try more.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from collections import Counter
+from typing import Any
+
+import orjson
+import pytest
+from conftest import read_traces
+from fault_tally import tally
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from otel_trackio import TrackioSpanExporter
+from otel_trackio._assembly import SampleAssembler
+from otel_trackio._convert import ConvertOptions, sample_to_trace
+from otel_trackio._records import EventRecord, SpanRecord
+
+EXAMPLES = int(os.environ.get("OTEL_TRACKIO_FAULT_EXAMPLES", "60"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    # No shrinking: inputs are large and CI time is short; a failure prints the raw example.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# -- hostile values ------------------------------------------------------------------------------
+
+HUGE = "x" * 70_000
+DEEP_JSON = "[" * 5_000 + "]" * 5_000
+DEEPER_JSON = "[" * 100_000 + "]" * 100_000
+ALMOST_JSON = [
+    '[{"role": "user", "parts": [{"type": "text", "content": "hi"}]}',
+    '{"role": "assistant", "content": "x"',
+    '"\\"[1, 2\\""',
+    '[{"role": 3, "parts": "not a list"}]',
+    '[{"parts": [{"type": "tool_call", "arguments": {"a": NaN}}]}]',
+    '[null, 1, "x", {"role": null}]',
+    json.dumps(json.dumps([{"role": "user", "content": "double"}])),
+    "[" + "1," * 1000 + "]",
+    '{"a": 1}{"b": 2}',
+]
+
+texts = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from([HUGE, DEEP_JSON, "", "\x00", "\udcff\udcfe", "é" * 50]),
+    st.sampled_from(ALMOST_JSON),
+    st.binary(max_size=30).map(lambda b: b.decode("utf-8", "surrogateescape")),
+)
+numbers = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, 2**63 - 1, -(2**63), 1e308, -0.0, math.nan]),
+)
+scalars = st.one_of(st.none(), st.booleans(), numbers, texts, st.binary(max_size=20))
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+steps = st.one_of(
+    st.integers(min_value=-5, max_value=5),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.sampled_from(["3", " 4 ", "-2", "step", "1e3", "", "7.0", 2.0, 2.5, math.nan, True]),
+    st.lists(st.integers(), max_size=2),
+)
+ATTRIBUTE_KEYS = [
+    "gen_ai.operation.name",
+    "gen_ai.request.model",
+    "gen_ai.response.model",
+    "gen_ai.provider.name",
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.cost",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+    "input.value",
+    "output.value",
+    "error.type",
+    "rollout_n",
+    "validate",
+    "service.name",
+    "free.form",
+]
+attributes = st.dictionaries(
+    st.one_of(st.sampled_from(ATTRIBUTE_KEYS), st.text(max_size=8)), values, max_size=5
+)
+
+
+@st.composite
+def span_attributes(draw: st.DrawFn) -> dict[str, Any]:
+    attrs = draw(attributes)
+    if draw(st.booleans()):
+        attrs["step"] = draw(steps)
+    if draw(st.booleans()):
+        attrs["sample_index"] = draw(st.one_of(values, st.integers(0, 3)))
+    if draw(st.booleans()):
+        attrs["gen_ai.operation.name"] = draw(st.sampled_from(["chat", "execute_tool", "x"]))
+    return attrs
+
+
+timestamps = st.integers(min_value=0, max_value=2**64 - 1)
+
+
+@st.composite
+def span_forests(draw: st.DrawFn) -> list[SpanRecord]:
+    """Spans of a few traces: ids from a small pool, so duplicates and cycles happen."""
+    n = draw(st.integers(min_value=1, max_value=25))
+    trace_ids = draw(st.lists(st.integers(0, 2**128 - 1), min_size=1, max_size=3))
+    id_pool = draw(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=max(1, n)))
+    spans = []
+    for _ in range(n):
+        span_id = draw(st.sampled_from(id_pool))
+        parent = draw(st.one_of(st.none(), st.sampled_from(id_pool), st.integers(0, 2**64 - 1)))
+        start = draw(timestamps)
+        end = draw(st.one_of(timestamps, st.just(start), st.integers(0, start)))
+        events = draw(
+            st.lists(
+                st.builds(
+                    EventRecord,
+                    st.sampled_from(["exception", "log", ""]),
+                    timestamps,
+                    st.dictionaries(
+                        st.sampled_from(["exception.type", "exception.message", "k"]),
+                        values,
+                        max_size=2,
+                    ),
+                ),
+                max_size=2,
+            )
+        )
+        spans.append(
+            SpanRecord(
+                trace_id=draw(st.sampled_from(trace_ids)),
+                span_id=span_id,
+                name=draw(texts),
+                start_ns=start,
+                end_ns=end,
+                parent_id=parent,
+                parent_is_remote=draw(st.booleans()),
+                attributes=draw(span_attributes()),
+                events=tuple(events),
+                status=draw(st.sampled_from(["unset", "ok", "error"])),
+                status_description=draw(st.one_of(st.none(), texts)),
+                kind=draw(st.sampled_from(["INTERNAL", "CLIENT", "SERVER"])),
+                resource=draw(st.dictionaries(st.just("service.name"), values, max_size=1)),
+            )
+        )
+    return spans
+
+
+def _split(spans: list[SpanRecord], cuts: list[int]) -> list[list[SpanRecord]]:
+    points = sorted({c % (len(spans) + 1) for c in cuts})
+    batches, last = [], 0
+    for p in [*points, len(spans)]:
+        batches.append(spans[last:p])
+        last = p
+    return batches
+
+
+def _assemble(spans: list[SpanRecord], cuts: list[int], max_spans: int = 100_000) -> list:
+    assembler = SampleAssembler(max_spans=max_spans)
+    samples = []
+    for batch in _split(spans, cuts):
+        samples.extend(assembler.add(batch))
+    samples.extend(assembler.flush())
+    assert assembler.buffered_spans == 0
+    assert assembler.open_traces == 0
+    return samples
+
+
+def _check_every_span_once(spans: list[SpanRecord], samples: list, area: str) -> None:
+    seen = Counter(id(s) for sample in samples for s in sample.spans)
+    missing = sum(1 for s in spans if seen[id(s)] == 0)
+    repeated = sum(n - 1 for n in seen.values() if n > 1)
+    tally.lost(area, missing)
+    assert missing == 0, f"{missing} spans never came out"
+    assert repeated == 0, f"{repeated} spans came out twice"
+    assert len(seen) == len(spans)
+
+
+def _convert_all(samples: list, area: str) -> None:
+    options = ConvertOptions(max_value_chars=4096)
+    for sample in samples:
+        try:
+            trace = sample_to_trace(sample, 0, options)
+        except Exception:
+            tally.crashed(area)
+            raise
+        assert len(trace["spans"]) == len(sample.spans)
+        assert trace["metadata"]["span_count"] == len(sample.spans)
+        # Trackio serialises with orjson and drops a key it cannot serialise: the whole list of
+        # Traces logged under it would be lost.
+        orjson.dumps(trace)
+
+
+# -- span → Trace --------------------------------------------------------------------------------
+
+
+@FUZZ
+@given(span_forests(), st.lists(st.integers(0, 100), max_size=5))
+def test_assembly_emits_every_span_exactly_once(spans, cuts):
+    tally.tried("properties")
+    try:
+        samples = _assemble(spans, cuts)
+    except Exception:
+        tally.crashed("properties")
+        raise
+    _check_every_span_once(spans, samples, "properties")
+    _convert_all(samples, "properties")
+
+
+@FUZZ
+@given(span_forests(), st.lists(st.integers(0, 100), max_size=5), st.integers(1, 6))
+def test_a_tiny_span_buffer_still_loses_nothing(spans, cuts, max_spans):
+    tally.tried("properties")
+    try:
+        samples = _assemble(spans, cuts, max_spans=max_spans)
+    except Exception:
+        tally.crashed("properties")
+        raise
+    _check_every_span_once(spans, samples, "properties")
+    _convert_all(samples, "properties")
+
+
+@FUZZ
+@given(span_forests(), st.randoms(use_true_random=False))
+def test_arrival_order_does_not_matter_for_completeness(spans, rng):
+    tally.tried("properties")
+    shuffled = list(spans)
+    rng.shuffle(shuffled)
+    samples = _assemble(shuffled, [rng.randrange(30) for _ in range(3)])
+    _check_every_span_once(shuffled, samples, "properties")
+
+
+@pytest.mark.parametrize("key", ["gen_ai.input.messages", "input.value", "gen_ai.tool.call.result"])
+def test_json_nested_deeper_than_python_can_parse(key):
+    """``json.loads`` raises RecursionError (not ValueError) here: the sample must still convert."""
+    tally.tried("properties")
+    span = SpanRecord(1, 2, "chat", 0, 5, attributes={key: DEEPER_JSON, "sample_index": 0})
+    samples = _assemble([span], [])
+    _check_every_span_once([span], samples, "properties")
+    _convert_all(samples, "properties")
+
+
+# -- metric → scalar -----------------------------------------------------------------------------
+
+metric_attributes = st.dictionaries(
+    st.one_of(st.sampled_from(["step", "split", "__x", "metrics"]), st.text(max_size=6)),
+    st.one_of(steps, st.text(max_size=10), st.booleans(), st.lists(st.integers(), max_size=3)),
+    max_size=3,
+)
+metric_numbers = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+@st.composite
+def metric_data(draw: st.DrawFn) -> tuple[MetricsData, int]:
+    metrics = []
+    points = 0
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["sum", "gauge", "histogram"]))
+        # Valid UTF-8 only: see test_metric_series_with_non_utf8_attribute_is_not_dropped.
+        name = draw(st.one_of(st.sampled_from(["loss", "step", "__m", "time", HUGE]), st.text()))
+        temporality = draw(st.sampled_from(list(AggregationTemporality)[1:]))
+        n = draw(st.integers(0, 4))
+        points += n
+        if kind in ("sum", "gauge"):
+            data_points = [
+                NumberDataPoint(
+                    attributes=draw(metric_attributes),
+                    start_time_unix_nano=0,
+                    time_unix_nano=0,
+                    value=draw(metric_numbers),
+                )
+                for _ in range(n)
+            ]
+            data: Any = (
+                Sum(data_points, temporality, draw(st.booleans()))
+                if kind == "sum"
+                else Gauge(data_points)
+            )
+        else:
+            data_points = []
+            for _ in range(n):
+                # OTLP requires ascending bounds (the SDK always sends them so).
+                bounds = sorted(draw(st.lists(st.floats(allow_nan=False), max_size=4)))
+                counts = draw(st.lists(st.integers(0, 2**40), min_size=0, max_size=len(bounds) + 2))
+                data_points.append(
+                    HistogramDataPoint(
+                        attributes=draw(metric_attributes),
+                        start_time_unix_nano=0,
+                        time_unix_nano=0,
+                        count=draw(st.integers(0, 2**40)),
+                        sum=draw(metric_numbers),
+                        bucket_counts=counts,
+                        explicit_bounds=bounds,
+                        min=draw(metric_numbers),
+                        max=draw(metric_numbers),
+                    )
+                )
+            data = Histogram(data_points, temporality)
+        metrics.append(Metric(name=name, description="", unit="", data=data))
+    resource = ResourceMetrics(
+        Resource.create({}),
+        [ScopeMetrics(InstrumentationScope("fuzz"), metrics, "")],
+        "",
+    )
+    return MetricsData([resource]), points
+
+
+@FUZZ
+@given(metric_data(), st.booleans())
+def test_metric_conversion_never_crashes_and_emits_only_finite_numbers(data_and_points, dist):
+    from otel_trackio._metric_convert import Distribution, MetricConverter
+
+    data, points = data_and_points
+    tally.tried("properties")
+    converter = MetricConverter(distributions=dist)
+    try:
+        conversion = converter.convert(data, lambda: 7)
+        for step in conversion.by_step:
+            converter.commit(conversion, step)
+        again = converter.convert(data, lambda: 7)
+    except Exception:
+        tally.crashed("properties")
+        raise
+    assert conversion.points == points == again.points
+    for step, series in conversion.by_step.items():
+        assert isinstance(step, int)
+        for key, value in series.items():
+            assert isinstance(key, str)
+            if isinstance(value, Distribution):
+                assert len(value.edges) == len(value.counts) + 1
+                assert all(math.isfinite(e) for e in value.edges)
+                assert list(value.edges) == sorted(value.edges)
+            else:
+                assert isinstance(value, (int, float)) and not isinstance(value, bool)
+                assert math.isfinite(value)
+    orjson.dumps(
+        {
+            str(s): {k: v for k, v in m.items() if not isinstance(v, Distribution)}
+            for s, m in conversion.by_step.items()
+        }
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: a metric attribute holding a lone surrogate (non-UTF-8 text) makes a "
+    "series name orjson cannot encode, and Trackio drops that series",
+)
+def test_metric_series_with_non_utf8_attribute_is_not_dropped():
+    from otel_trackio._metric_convert import MetricConverter
+
+    point = NumberDataPoint({"file": "bad\udcff"}, 0, 0, 1.0)
+    metric = Metric("loss", "", "", Gauge([point]))
+    data = MetricsData(
+        [
+            ResourceMetrics(
+                Resource.create({}), [ScopeMetrics(InstrumentationScope("x"), [metric], "")], ""
+            )
+        ]
+    )
+    conversion = MetricConverter().convert(data, lambda: 0)
+    orjson.dumps({k: v for series in conversion.by_step.values() for k, v in series.items()})
+
+
+# -- end to end: real exporter, real Trackio storage ---------------------------------------------
+
+E2E = settings(FUZZ, max_examples=max(5, EXAMPLES // 20))
+
+
+def _stored_span_count(project: str, run: str) -> tuple[int, int]:
+    traces = read_traces(project, run)
+    return len(traces), sum(len(t["spans"]) for t in traces)
+
+
+@E2E
+@given(span_forests(), st.lists(st.integers(0, 100), max_size=3))
+def test_end_to_end_every_span_is_read_back(spans, cuts):
+    project = f"fuzz-{uuid.uuid4().hex[:12]}"
+    tally.tried("end-to-end")
+    exporter = TrackioSpanExporter(project, name="fuzz", max_value_chars=4096)
+    try:
+        results = [exporter.export_records(batch) for batch in _split(spans, cuts)]
+        exporter.shutdown()
+    except Exception:
+        tally.crashed("end-to-end")
+        raise
+    samples, stored_spans = _stored_span_count(project, "fuzz")
+    tally.lost("end-to-end", exporter.stats.samples_logged - samples)
+    assert all(r.name == "SUCCESS" for r in results)
+    assert exporter.stats.samples_lost == 0
+    assert samples == exporter.stats.samples_logged
+    assert stored_spans == len(spans)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [2**63 - 1, -(2**63), -3, "12", 2**64, 10**30],
+    ids=["int64-max", "int64-min", "negative", "str", "uint64-over", "huge"],
+)
+def test_extreme_steps_end_to_end(step, project):
+    """A step SQLite cannot hold must not make the sample vanish in Trackio's background thread."""
+    tally.tried("end-to-end")
+    exporter = TrackioSpanExporter(project, name="steps")
+    record = SpanRecord(1, 2, "root", 0, 10, attributes={"step": step, "sample_index": 0})
+    result = exporter.export_records([record])
+    exporter.shutdown()
+    samples, stored_spans = _stored_span_count(project, "steps")
+    tally.lost("end-to-end", 1 - samples)
+    assert result.name == "SUCCESS"
+    assert (samples, stored_spans) == (1, 1)

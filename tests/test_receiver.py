@@ -1,0 +1,467 @@
+"""OTLP/HTTP receiver end to end: official OTLP exporters in, real Trackio storage read back."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import tracemalloc
+import zlib
+from pathlib import Path
+
+import pytest
+import requests
+from conftest import read_logs, read_traces
+from google.rpc import status_pb2
+from opentelemetry import trace as otel_trace
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_trackio.receiver import OTLPReceiver, is_loopback
+from otel_trackio.receiver._decode import RequestError, decompress, parse_request
+from otel_trackio.receiver._pipeline import Summary
+from otel_trackio.receiver.cli import main as cli_main
+
+REPO = Path(__file__).resolve().parent.parent
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    url, worker, samples = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    provider = TracerProvider(resource=Resource.create({"service.name": f"worker-{worker}"}))
+    exporter = OTLPSpanExporter(endpoint=url + "/v1/traces", compression=Compression.Gzip)
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=16))
+    tracer = provider.get_tracer("rollout-worker")
+    for i in range(samples):
+        index = worker * samples + i
+        with tracer.start_as_current_span(
+            "rollout", attributes={"step": i // 10, "sample_index": index}
+        ):
+            with tracer.start_as_current_span("chat toy") as span:
+                span.set_attribute("gen_ai.operation.name", "chat")
+                span.set_attribute("gen_ai.usage.input_tokens", index)
+    provider.shutdown()
+    """
+)
+
+
+@pytest.fixture
+def start_receiver(project):
+    """Start receivers on free ports; every one is stopped at the end of the test."""
+    started: list[OTLPReceiver] = []
+
+    def start(**kwargs) -> OTLPReceiver:
+        kwargs.setdefault("summary_interval", 0)
+        receiver = OTLPReceiver(project, kwargs.pop("name", "r"), port=0, **kwargs).start()
+        started.append(receiver)
+        return receiver
+
+    yield start
+    for receiver in started:
+        receiver.stop()
+
+
+def _status(response: requests.Response) -> status_pb2.Status:
+    status = status_pb2.Status()
+    if "json" in response.headers.get("content-type", ""):
+        return status_pb2.Status(**json.loads(response.content))
+    status.ParseFromString(response.content)
+    return status
+
+
+def _spans(count: int, open_root: bool = False):
+    """Finished SDK spans of ``count`` samples (root + one child each) from a real tracer."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+    for i in range(count):
+        root = tracer.start_span("rollout", attributes={"step": 1, "sample_index": i})
+        with otel_trace.use_span(root, end_on_exit=False):
+            with tracer.start_as_current_span(f"child-{i}"):
+                pass
+        if not open_root:
+            root.end()
+    return list(memory.get_finished_spans())
+
+
+def test_four_processes_with_the_official_exporter_give_exactly_one_trace_per_sample(
+    project, start_receiver
+):
+    receiver = start_receiver()
+    env = {**os.environ, "OTEL_SDK_DISABLED": "false"}
+    workers = [
+        subprocess.Popen([sys.executable, "-c", WORKER, receiver.url, str(k), "50"], env=env)
+        for k in range(4)
+    ]
+    assert [w.wait(timeout=120) for w in workers] == [0, 0, 0, 0]
+    receiver.stop()
+
+    traces = read_traces(project, "r")
+    assert len(traces) == 200
+    indexes = [t["metadata"]["sample_index"] for t in traces]
+    assert sorted(indexes) == list(range(200))
+    for trace in traces:
+        meta = trace["metadata"]
+        assert not meta.get("partial")
+        assert trace["step"] == (meta["sample_index"] % 50) // 10
+        assert sorted(s["name"] for s in trace["spans"]) == ["chat toy", "rollout"]
+        assert meta["service_name"] == f"worker-{meta['sample_index'] // 50}"
+    assert receiver.pipeline.totals()["spans"] == 400
+
+
+def test_metrics_from_the_official_metric_exporter_land_as_scalars(project, start_receiver):
+    receiver = start_receiver()
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=receiver.url + "/v1/metrics", compression=Compression.Gzip),
+        export_interval_millis=3_600_000,
+    )
+    provider = MeterProvider(metric_readers=[reader])
+    meter = provider.get_meter("trainer")
+    rollouts = meter.create_counter("rollouts")
+    reward = meter.create_histogram("reward")
+    rollouts.add(3, {"step": 2, "split": "train"})
+    reward.record(0.5, {"step": 2})
+    reward.record(1.0, {"step": 2})
+    assert provider.force_flush()
+    provider.shutdown()
+    receiver.stop()
+
+    merged: dict[int, dict] = {}
+    for row in read_logs(project, "r"):
+        merged.setdefault(row["step"], {}).update(row)
+    assert merged[2]["rollouts/split=train"] == 3
+    assert merged[2]["reward/count"] == 2
+    assert merged[2]["reward/mean"] == pytest.approx(0.75)
+    assert merged[2]["reward/max"] == pytest.approx(1.0)
+
+
+def test_json_request_with_hex_ids_routes_by_resource_attributes(project, start_receiver):
+    receiver = start_receiver()
+    trace_id, root_id, child_id = "5b8efff798038103d269b633813fc60c", "eee19b7ec3c1b174", "1" * 16
+    body = {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [
+                        {"key": "trackio.run", "value": {"stringValue": "json-run"}},
+                        {"key": "service.name", "value": {"stringValue": "js-agent"}},
+                    ]
+                },
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "manual"},
+                        "spans": [
+                            {
+                                "traceId": trace_id,
+                                "spanId": child_id,
+                                "parentSpanId": root_id,
+                                "name": "tool",
+                                "kind": 1,
+                                "startTimeUnixNano": "1700000000100000000",
+                                "endTimeUnixNano": "1700000000200000000",
+                                "status": {"code": 2, "message": "boom"},
+                            },
+                            {
+                                "traceId": trace_id,
+                                "spanId": root_id,
+                                "name": "rollout",
+                                "startTimeUnixNano": "1700000000000000000",
+                                "endTimeUnixNano": "1700000000300000000",
+                                "attributes": [
+                                    {"key": "step", "value": {"intValue": "7"}},
+                                    {"key": "sample_index", "value": {"intValue": 3}},
+                                ],
+                            },
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
+    response = requests.post(receiver.url + "/v1/traces", json=body, timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json() == {}
+
+    bad_ids = json.loads(json.dumps(body))
+    bad_ids["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "00" * 8
+    del bad_ids["resourceSpans"][0]["scopeSpans"][0]["spans"][1]
+    response = requests.post(receiver.url + "/v1/traces", json=bad_ids, timeout=30)
+    assert response.status_code == 200
+    assert response.json()["partialSuccess"]["rejectedSpans"] in ("1", 1)
+    assert "span_id" in response.json()["partialSuccess"]["errorMessage"]
+
+    summary = {
+        "resourceMetrics": [
+            {
+                "scopeMetrics": [
+                    {
+                        "metrics": [
+                            {"name": "latency", "summary": {"dataPoints": [{"count": "1"}]}},
+                            {
+                                "name": "score",
+                                "gauge": {"dataPoints": [{"asDouble": 0.25, "timeUnixNano": "1"}]},
+                            },
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    response = requests.post(receiver.url + "/v1/metrics", json=summary, timeout=30)
+    assert response.status_code == 200
+    partial = response.json()["partialSuccess"]
+    assert partial["rejectedDataPoints"] in ("1", 1) and "Summary" in partial["errorMessage"]
+    receiver.stop()
+
+    assert read_traces(project, "r") == []
+    (trace,) = read_traces(project, "json-run")
+    assert trace["step"] == 7 and trace["metadata"]["sample_index"] == 3
+    assert trace["metadata"]["trace_id"] == trace_id
+    assert trace["metadata"]["service_name"] == "js-agent"
+    spans = {s["name"]: s for s in trace["spans"]}
+    assert spans["rollout"]["id"] == root_id
+    assert spans["tool"]["parent_id"] == root_id
+    assert spans["tool"]["status"] == "error"
+    assert any(row.get("score") == 0.25 for row in read_logs(project, "r"))
+
+
+def test_bad_requests_get_their_status_and_nothing_else_in_flight_is_lost(project, start_receiver):
+    receiver = start_receiver(token="s3cret", max_body_bytes=256 * 1024)
+    traces_url = receiver.url + "/v1/traces"
+    good_exporter = OTLPSpanExporter(
+        endpoint=traces_url,
+        compression=Compression.Gzip,
+        headers={"Authorization": "Bearer s3cret"},
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(
+        BatchSpanProcessor(good_exporter, max_export_batch_size=8, schedule_delay_millis=5)
+    )
+    tracer = provider.get_tracer("good")
+    go = threading.Event()
+
+    def produce() -> None:
+        go.wait()
+        for i in range(60):
+            with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": i}):
+                with tracer.start_as_current_span("chat"):
+                    pass
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    go.set()
+
+    auth = {"Authorization": "Bearer s3cret"}
+    valid = trace_service_pb2.ExportTraceServiceRequest().SerializeToString()
+    bomb = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb_body = b"".join(bomb.compress(bytes(1 << 20)) for _ in range(64)) + bomb.flush()
+    assert len(bomb_body) < 256 * 1024
+    cases = [
+        ("malformed protobuf", traces_url, b"\x0a\xff\xff\xff", {**PROTOBUF, **auth}, 400),
+        (
+            "malformed JSON",
+            traces_url,
+            b'{"resourceSpans": [',
+            {"Content-Type": "application/json", **auth},
+            400,
+        ),
+        ("oversized", traces_url, b"\x00" * (300 * 1024), {**PROTOBUF, **auth}, 413),
+        ("gzip bomb", traces_url, bomb_body, {**PROTOBUF, **auth, "Content-Encoding": "gzip"}, 413),
+        (
+            "broken gzip",
+            traces_url,
+            b"\x1f\x8b\x08garbage",
+            {**PROTOBUF, **auth, "Content-Encoding": "gzip"},
+            400,
+        ),
+        ("wrong type", traces_url, valid, {"Content-Type": "text/plain", **auth}, 415),
+        ("unknown coding", traces_url, valid, {**PROTOBUF, **auth, "Content-Encoding": "br"}, 415),
+        ("no token", traces_url, valid, PROTOBUF, 401),
+        ("wrong token", traces_url, valid, {**PROTOBUF, "Authorization": "Bearer nope"}, 401),
+        ("metrics no token", receiver.url + "/v1/metrics", valid, PROTOBUF, 401),
+    ]
+    for label, url, body, headers, expected in cases:
+        response = requests.post(url, data=body, headers=headers, timeout=30)
+        assert response.status_code == expected, (label, response.content)
+        assert _status(response).message, label  # a readable reason, in the request's encoding
+    ok = requests.post(traces_url, data=valid, headers={**PROTOBUF, **auth}, timeout=30)
+    assert ok.status_code == 200 and ok.content == b""
+
+    producer.join()
+    assert provider.force_flush()
+    provider.shutdown()
+    receiver.stop()
+
+    traces = read_traces(project, "r")
+    assert sorted(t["metadata"]["sample_index"] for t in traces) == list(range(60))
+    assert not any(t["metadata"].get("partial") for t in traces)
+    assert receiver.pipeline.totals()["rejected"] == len(cases)
+
+
+def test_decompression_is_capped_while_streaming():
+    bomb = gzip.compress(bytes(64 << 20), compresslevel=9)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RequestError) as caught:
+            decompress(bomb, "gzip", 1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.status == 413
+    assert peak < 8 << 20  # never near the 64 MiB the bomb expands to
+
+    payload = b"otlp" * 1000
+    assert decompress(zlib.compress(payload), "deflate", 1 << 20) == payload
+    raw = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    assert decompress(raw.compress(payload) + raw.flush(), "deflate", 1 << 20) == payload
+    assert decompress(gzip.compress(payload) + gzip.compress(payload), "gzip", 1 << 20) == (
+        payload * 2
+    )
+    with pytest.raises(RequestError) as caught:
+        decompress(gzip.compress(payload)[:-12], "gzip", 1 << 20)
+    assert caught.value.status == 400
+
+
+def test_json_ids_must_be_hex():
+    body = json.dumps(
+        {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "not-hex!", "spanId": ""}]}]}]}
+    ).encode()
+    with pytest.raises(RequestError, match="traceId"):
+        parse_request(body, "json", trace_service_pb2.ExportTraceServiceRequest)
+    request = parse_request(
+        b'{"resourceMetrics": [], "unknownField": 1}',
+        "json",
+        metrics_service_pb2.ExportMetricsServiceRequest,
+    )
+    assert list(request.resource_metrics) == []
+
+
+def test_refuses_a_non_loopback_address_without_a_token(project, capsys):
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0")
+    with pytest.raises(ValueError, match="token"):
+        OTLPReceiver(project, host="0.0.0.0", port=0)
+    assert cli_main(["serve", "--project", project, "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert "without a token" in capsys.readouterr().err
+    assert read_traces(project) == []
+
+
+def test_sigterm_logs_open_samples_as_partial_and_finishes_the_run(project):
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "otel_trackio",
+            "serve",
+            "--project",
+            project,
+            "--name",
+            "cli",
+            "--port",
+            "0",
+            "--summary-seconds",
+            "0.2",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url = None
+        output: list[str] = []
+        for line in server.stdout:
+            output.append(line)
+            found = re.search(r"listening on (http://127\.0\.0\.1:\d+) .*'cli'", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "".join(output)
+
+        spans = _spans(3, open_root=True)  # children only: every root is still running
+        assert len(spans) == 3
+        exporter = OTLPSpanExporter(endpoint=url + "/v1/traces", compression=Compression.Gzip)
+        assert exporter.export(spans).name == "SUCCESS"
+        exporter.shutdown()
+
+        server.send_signal(signal.SIGTERM)
+        rest, _ = server.communicate(timeout=60)
+        output.append(rest)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    text = "".join(output)
+    assert server.returncode == 0, text
+    assert "3 spans" in text and "3 samples logged (3 partial)" in text, text
+
+    traces = read_traces(project, "cli")
+    assert len(traces) == 3
+    for trace in traces:
+        assert trace["metadata"]["partial"] is True
+        assert trace["metadata"]["partial_reason"] == "flush"
+    runs = {r["name"] if isinstance(r, dict) else r for r in _runs(project)}
+    assert "cli" in runs
+
+
+def _runs(project: str) -> list:
+    from trackio.sqlite_storage import SQLiteStorage
+
+    return SQLiteStorage.get_runs(project)
+
+
+def test_resource_attributes_route_to_their_own_project(project, start_receiver):
+    receiver = start_receiver()
+    other = project + "-other"
+    exporter = OTLPSpanExporter(endpoint=receiver.url + "/v1/traces")
+    provider = TracerProvider(resource=Resource.create({"trackio.project": other}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("t").start_as_current_span(
+        "rollout", attributes={"step": 1, "sample_index": 0}
+    ):
+        pass
+    provider.shutdown()
+    receiver.stop()
+    assert read_traces(project) == []
+    (trace,) = read_traces(other, "r")
+    assert trace["metadata"]["sample_index"] == 0
+
+
+def test_summary_line_only_while_data_flows(project, start_receiver):
+    receiver = start_receiver()
+    now = [100.0]
+    summary = Summary(receiver.pipeline, clock=lambda: now[0])
+    now[0] += 2
+    assert summary.line() is None
+    spans = _spans(2)
+    exporter = OTLPSpanExporter(endpoint=receiver.url + "/v1/traces")
+    assert exporter.export(spans).name == "SUCCESS"
+    now[0] += 2
+    line = summary.line()
+    assert line is not None
+    assert "2.0 spans/s" in line and "2 samples logged" in line and "0 rejected" in line
+    now[0] += 2
+    assert summary.line() is None
