@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from ._assembly import IDENTITY_ATTRIBUTES, Sample
 from ._conversation import build_conversation
 from ._records import SpanRecord
@@ -101,7 +103,7 @@ def sample_to_trace(sample: Sample, step: int, options: ConvertOptions | None = 
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
     messages = [_limit(_show_tool_calls(m), options.max_value_chars) for m in messages]
-    return _storable(
+    return storable(
         {
             "messages": messages,
             "spans": span_dicts,
@@ -111,6 +113,19 @@ def sample_to_trace(sample: Sample, step: int, options: ConvertOptions | None = 
 
 
 _INT64 = 2**63
+
+
+def storable(value: Any) -> Any:
+    """``value`` in a form Trackio can serialise; the same object when it already is.
+
+    Trackio round-trips every log entry through orjson. When orjson takes the value as it is
+    (nearly always), nothing is copied; otherwise :func:`_storable` repairs it.
+    """
+    try:
+        orjson.dumps(value)
+    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
+        return _storable(value)
+    return value
 
 
 def _storable(value: Any) -> Any:

@@ -238,7 +238,22 @@ class MetricConverter:
             for key in sorted(attributes)
             if key != self.step_attribute
         ]
-        return "/".join([metric_name, *parts]) if parts else metric_name
+        name = "/".join([metric_name, *parts]) if parts else metric_name
+        return _utf8(name)
+
+
+def _utf8(text: str) -> str:
+    """Text Trackio can store: a lone surrogate (non-UTF-8 input) becomes ``?``.
+
+    Trackio drops a whole log entry's key it cannot encode, so the series would vanish.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def format_attribute(value: Any) -> str:

@@ -71,13 +71,14 @@ def record_from_readable_span(span: ReadableSpan) -> SpanRecord:
         end_ns=span.end_time or start,
         parent_id=parent.span_id if parent is not None else None,
         parent_is_remote=bool(parent is not None and parent.is_remote),
-        attributes=span.attributes or {},
+        # A plain dict: the SDK's BoundedAttributes mapping is slow to read key by key.
+        attributes=dict(span.attributes) if span.attributes else {},
         events=tuple(
             EventRecord(e.name, e.timestamp or 0, e.attributes or {}) for e in span.events
         ),
         status=_STATUS.get(status.status_code, "unset") if status is not None else "unset",
         status_description=status.description if status is not None else None,
         kind=span.kind.name if span.kind is not None else "INTERNAL",
-        resource=resource.attributes if resource is not None else {},
+        resource=dict(resource.attributes) if resource is not None else {},
         scope=scope.name if scope is not None else None,
     )

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import _steps
 from ._assembly import Sample, SampleAssembler
-from ._convert import ConvertOptions, TraceDict, _storable, parse_step, sample_to_trace
+from ._convert import ConvertOptions, TraceDict, parse_step, sample_to_trace, storable
 from ._records import SpanRecord, record_from_readable_span
 from ._sink import TrackioSink
 from .conventions import DEFAULT_TOKEN_ID_ATTRIBUTES
@@ -282,7 +282,7 @@ class TrackioSpanExporter(SpanExporter):
 
 def _bare_trace(sample: Sample, step: int, error: str) -> TraceDict:
     """The least a sample can be logged as when full conversion failed: its span names and ids."""
-    return _storable(
+    return storable(
         {
             "messages": [],
             "spans": [

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._convert import DEFAULT_MAX_VALUE_CHARS, _limit, _storable
+from ._convert import DEFAULT_MAX_VALUE_CHARS, _limit, storable
 from ._sink import TrackioSink
 from .instrument import json_safe
 
@@ -84,7 +84,7 @@ def generations_to_traces(
             if key not in metadata:
                 metadata[key] = json_safe(value)
         traces.append(
-            _storable(
+            storable(
                 {
                     "messages": _limit(messages, max_value_chars),
                     "metadata": _limit(metadata, max_value_chars),

@@ -226,6 +226,15 @@ class TrackioMetricExporter(MetricExporter):
             stats.points_logged += conversion.points_by_step.get(step, 0)
         if logged_any:
             self._clock_after_us = self._sink.next_step()
+            # Durable now, and a full disk or read-only folder is reported, not only warned.
+            if not self._sink.flush():
+                stats.failed_exports += 1
+                self._warn(
+                    "storage",
+                    f"Trackio could not write metrics to storage ({self._sink.last_failures}); "
+                    "values of this export may be lost",
+                )
+                result = MetricExportResult.FAILURE
         return result
 
     def _value(self, key: str, value: Any) -> Any:

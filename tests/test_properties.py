@@ -389,11 +389,6 @@ def test_metric_conversion_never_crashes_and_emits_only_finite_numbers(data_and_
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: a metric attribute holding a lone surrogate (non-UTF-8 text) makes a "
-    "series name orjson cannot encode, and Trackio drops that series",
-)
 def test_metric_series_with_non_utf8_attribute_is_not_dropped():
     from otel_trackio._metric_convert import MetricConverter
 

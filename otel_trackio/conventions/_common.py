@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 # message keys read on every message; anything else sends it through the slower optional reads.
 _PLAIN_KEYS = frozenset({"role", "parts", "content", "tool_calls", "tool_call_id", "id"})
@@ -32,9 +34,13 @@ def parse_json(value: Any) -> Any:
         if not text or text[0] not in '[{"':
             return value
         try:
-            value = json.loads(text)
-        except (ValueError, RecursionError):
-            return value
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            # orjson refuses NaN literals and very deep nesting, which json may still read.
+            try:
+                value = json.loads(text)
+            except (ValueError, RecursionError):
+                return value
     return value
 
 
