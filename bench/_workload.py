@@ -92,8 +92,12 @@ def chat_attributes(i: int, payload: dict[str, Any], turn: int) -> dict[str, Any
     }
 
 
-def emit_sample(tracer: Any, i: int, step: int) -> None:
-    """Emit one 5-span rollout sample with the OTel API (what the rollout thread does)."""
+def emit_sample(tracer: Any, i: int, step: int, model_latency: float = 0.0) -> None:
+    """Emit one 5-span rollout sample with the OTel API (what the rollout thread does).
+
+    ``model_latency`` seconds are slept inside each model call, as a rollout waits for its
+    inference server (the GIL is free meanwhile); 0 makes a pure span storm.
+    """
     payload = sample_payload(i)
     with tracer.start_as_current_span(
         "rollout",
@@ -102,7 +106,8 @@ def emit_sample(tracer: Any, i: int, step: int) -> None:
         with tracer.start_as_current_span(
             "chat " + MODEL, attributes=chat_attributes(i, payload, 1)
         ):
-            pass
+            if model_latency:
+                time.sleep(model_latency)
         with tracer.start_as_current_span(
             "execute_tool calculator",
             attributes={
@@ -117,15 +122,16 @@ def emit_sample(tracer: Any, i: int, step: int) -> None:
         with tracer.start_as_current_span(
             "chat " + MODEL, attributes=chat_attributes(i, payload, 2)
         ):
-            pass
+            if model_latency:
+                time.sleep(model_latency)
         with tracer.start_as_current_span("reward", attributes={"reward.score": float(i % 2)}):
             pass
 
 
-def emit_workload(tracer: Any, samples: int, first: int = 0) -> None:
+def emit_workload(tracer: Any, samples: int, first: int = 0, model_latency: float = 0.0) -> None:
     """``samples`` samples, ``SAMPLES_PER_STEP`` per training step."""
     for i in range(first, first + samples):
-        emit_sample(tracer, i, i // SAMPLES_PER_STEP)
+        emit_sample(tracer, i, i // SAMPLES_PER_STEP, model_latency)
 
 
 def collect_spans(samples: int) -> list[Any]:

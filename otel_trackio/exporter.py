@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -226,6 +227,9 @@ class TrackioSpanExporter(SpanExporter):
         for sample in samples:
             step = self._step_of(sample)
             by_step.setdefault(step, []).append(self._convert(sample, step))
+            # Hand the GIL over between samples: a rollout thread waking from a model call
+            # would otherwise wait up to the interpreter's 5 ms switch interval for it.
+            time.sleep(0)
             if sample.partial:
                 self.stats.partial_samples += 1
                 if sample.reason == "capacity":

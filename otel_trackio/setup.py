@@ -182,6 +182,8 @@ class _Installed:
 
 
 _lock = threading.RLock()
+_SPAN_QUEUE_SIZE = 65_536
+
 _installed: _Installed | None = None
 _active: TrackioTelemetry | None = None
 
@@ -363,7 +365,9 @@ def configure(
                 _installed = _Installed(resource, metric_export_interval_millis)
             installed = _installed
             span_exporter = TrackioSpanExporter(run=sink.run, **span_options)
-            processor = BatchSpanProcessor(span_exporter)
+            # A deep queue: a burst of spans faster than Trackio writes waits instead of being
+            # dropped by the SDK (64k spans is a few tens of MB at most).
+            processor = BatchSpanProcessor(span_exporter, max_queue_size=_SPAN_QUEUE_SIZE)
             metric_exporter = (
                 TrackioMetricExporter(run=sink.run, **metric_options)
                 if metrics and installed.reader is not None
