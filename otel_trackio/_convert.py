@@ -19,6 +19,7 @@ from ._assembly import IDENTITY_ATTRIBUTES, Sample
 from ._conversation import build_conversation
 from ._records import SpanRecord
 from .conventions import DEFAULT_TOKEN_ID_ATTRIBUTES, ReadOptions, SpanFacts, read_span_facts
+from .conventions._common import as_int
 
 TraceDict = dict[str, Any]
 
@@ -44,25 +45,12 @@ def parse_step(value: Any) -> int | None:
     Steps outside the signed 64-bit range are None too: SQLite cannot store them, and Trackio
     would drop the whole log entry in its background thread.
     """
-    step = _parse_step(value)
+    if isinstance(value, float) and not value.is_integer():
+        return None  # 2.5 is no step; as_int would truncate it
+    step = as_int(value)
     if step is None or not -_INT64 <= step < _INT64:
         return None
     return step
-
-
-def _parse_step(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
 
 
 def iso_time(ns: int) -> str:
