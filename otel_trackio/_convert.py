@@ -332,6 +332,13 @@ def _json_safe(value: Any) -> Any:
 
 def _limit(value: Any, max_chars: int) -> Any:
     """Cut long strings (and the strings inside containers) with a marker saying how much."""
+    if isinstance(value, (list, dict)):
+        try:
+            # No string inside can be longer than the whole serialised value.
+            if len(orjson.dumps(value)) <= max_chars:
+                return value
+        except (TypeError, ValueError):
+            pass
     if not _too_long(value, max_chars):
         return value  # the common case: nothing to cut, so nothing to copy
     if isinstance(value, str):
