@@ -24,7 +24,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import socket
+import subprocess
 import sys
+import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -38,9 +42,51 @@ from otel_trackio import TrackioSpanExporter
 TARGET = 1.10
 
 
-def run_arm(samples: int, trackio: bool, latency: float) -> tuple[float, float, int]:
+class Receiver:
+    """``otel-trackio serve`` in its own process (own GIL), for the out-of-process arm."""
+
+    def __init__(self) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "otel_trackio",
+                "serve",
+                "--project",
+                "bench-rollout-otlp",
+                "--port",
+                str(self.port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError("otel-trackio serve did not start")
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=120)
+
+
+def run_arm(
+    samples: int, trackio: bool, latency: float, receiver: Receiver | None = None
+) -> tuple[float, float, int]:
     """(rollout seconds, drain seconds at shutdown, spans the exporter received)."""
-    if trackio:
+    if receiver is not None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(
+            endpoint=f"http://127.0.0.1:{receiver.port}/v1/traces", timeout=120
+        )
+    elif trackio:
         with w.quiet_stdout():
             exporter = TrackioSpanExporter(project="bench-rollout", name=uuid.uuid4().hex[:8])
     else:
@@ -53,18 +99,28 @@ def run_arm(samples: int, trackio: bool, latency: float) -> tuple[float, float, 
     with w.quiet_stdout():
         provider.force_flush(timeout_millis=600_000)
         drain = w.timed(provider.shutdown)
-    received = exporter.stats.spans_received if trackio else exporter.spans
+    if receiver is not None:
+        received = spans  # counted on the receiver side: every Trace is checked by figure 6
+    else:
+        received = exporter.stats.spans_received if trackio else exporter.spans
     return rollout, drain, received
 
 
-def measure(samples: int, rounds: int, latency: float, label: str) -> tuple[float, int]:
-    """The best-round ratio Trackio/no-op, and the most spans either arm lost."""
+def measure(
+    samples: int, rounds: int, latency: float, label: str, receiver: Receiver | None = None
+) -> tuple[float, int]:
+    """The best-round ratio Trackio/no-op, and the most spans either arm lost.
+
+    With ``receiver``, the Trackio arm is the official OTLP exporter to ``otel-trackio serve``.
+    """
     spans = samples * w.SPANS_PER_SAMPLE
     best = {"noop": float("inf"), "trackio": float("inf")}
     lost = 0
     for r in range(rounds):
         for arm in ("noop", "trackio"):
-            rollout, drain, received = run_arm(samples, arm == "trackio", latency)
+            rollout, drain, received = run_arm(
+                samples, arm == "trackio", latency, receiver if arm == "trackio" else None
+            )
             best[arm] = min(best[arm], rollout)
             lost = max(lost, spans - received)
             print(
@@ -93,6 +149,13 @@ def main() -> None:
     storm, storm_lost = measure(args.samples, args.rounds, 0.0, "span storm")
     latency = args.latency_ms / 1000
     paced, paced_lost = measure(args.samples, args.rounds, latency, "with model latency")
+    receiver = Receiver()
+    try:
+        remote, remote_lost = measure(
+            args.samples, args.rounds, latency, "OTLP to otel-trackio serve", receiver
+        )
+    finally:
+        receiver.stop()
     w.write_result(
         f"1. rollout wall time, BSP(Trackio)/BSP(no-op), {args.samples:,} samples x 5 spans, "
         "span storm",
@@ -106,10 +169,17 @@ def main() -> None:
         "<= 1.10x",
         paced <= TARGET and paced_lost == 0,
     )
+    w.write_result(
+        "1c. the same, exporting over OTLP/HTTP to `otel-trackio serve` in another process",
+        f"{remote:.2f}x",
+        "<= 1.10x",
+        remote <= TARGET and remote_lost == 0,
+    )
     w.cleanup()
     print(
         f"rollout wall time ratio, {args.samples:,} samples x 5 spans, nothing dropped: "
-        f"span storm {storm:.2f}x, with {args.latency_ms:g} ms model latency {paced:.2f}x "
+        f"span storm {storm:.2f}x, with {args.latency_ms:g} ms model latency {paced:.2f}x, "
+        f"the same over OTLP to otel-trackio serve {remote:.2f}x "
         f"(target <= 1.10x)"
     )
 
