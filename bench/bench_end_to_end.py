@@ -43,7 +43,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_trackio import TrackioSpanExporter
 from otel_trackio._assembly import SampleAssembler
-from otel_trackio._convert import parse_step, sample_to_trace
+from otel_trackio._convert import sample_to_trace
 from otel_trackio._records import record_from_readable_span
 
 PROJECT = "bench-e2e"
@@ -69,8 +69,8 @@ def prebuilt_traces(spans: list[Any]) -> dict[int, list[trackio.Trace]]:
     samples = assembler.add(record_from_readable_span(s) for s in spans)
     by_step: dict[int, list[trackio.Trace]] = {}
     for sample in samples:
-        step = parse_step(sample.identity.get("step")) or 0
-        t = sample_to_trace(sample, step)
+        step = sample.identity.step
+        t = sample_to_trace(sample)
         trace = trackio.Trace(messages=t["messages"], metadata=t["metadata"], spans=t["spans"])
         by_step.setdefault(step, []).append(trace)
     return by_step

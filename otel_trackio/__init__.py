@@ -2,19 +2,20 @@
 
 Rollout code emits plain OTel spans tagged with ``step`` and ``sample_index``; the span exporter
 logs one ``trackio.Trace`` per rollout sample at that step, and the metric exporter turns OTel
-instruments into Trackio scalars.
+instruments into Trackio scalars. Every setting lives in :class:`TrackioSettings`.
 """
 
 from __future__ import annotations
 
+from ._configure import TrackioTelemetry, configure
 from ._open_samples import lookup_open_sample, register_open_sample, unregister_open_sample
 from ._steps import latest_step, set_step
-from .exporter import ExportStats, TrackioSpanExporter
-from .generations import log_generations
 from .instrument import rollout, traced
-from .metrics import MetricExportStats, TrackioMetricExporter
+from .metric_exporter import MetricExportStats, TrackioMetricExporter
 from .sampling import StepSampler
-from .setup import TrackioTelemetry, configure
+from .settings import TrackioConfigError, TrackioSettings
+from .span_exporter import ExportStats, TrackioSpanExporter
+from .validation import log_generations
 
 __version__ = "0.1.0"
 
@@ -22,7 +23,9 @@ __all__ = [
     "ExportStats",
     "MetricExportStats",
     "StepSampler",
+    "TrackioConfigError",
     "TrackioMetricExporter",
+    "TrackioSettings",
     "TrackioSpanExporter",
     "TrackioTelemetry",
     "__version__",

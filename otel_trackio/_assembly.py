@@ -3,50 +3,55 @@
 A *sample* is the subtree under the outermost span that carries the sample attribute
 (``sample_index`` by default). A trace with no such span is one sample rooted at its local root.
 Spans arrive children-first and across many export calls, so they wait here, grouped by trace id,
-until their sample's root arrives.
+until their sample's root arrives. A completed sample is then *held* for ``grace_seconds`` (0 in
+process, where children always come first) so that spans of it arriving just after their root —
+batches sent concurrently over the network, a Collector reordering them — still join it; and a
+sample whose step lives on an ancestor that has not ended yet waits for that ancestor.
 
 Nothing is lost:
 
-* a span whose sample was already emitted comes out as a *continuation* (``partial``, with the
-  sample's identity);
-* ``flush()``, an idle trace past the TTL and a full buffer emit open spans as *partial* samples;
+* a span whose sample was already emitted comes out as a *continuation* (partial, ``late``,
+  with the sample's identity);
+* ``flush()``, an idle trace past the TTL and a full buffer emit open spans as partial samples
+  (``flush``, ``ttl``, ``capacity``); held samples go out whole;
 * spans whose parent never arrives (a missing middle span) stay with their trace and go out with
   the trace's root, or as partial when flushed;
 * a duplicated span id never overwrites the first span: the duplicate goes out on its own.
 
-Pure data in, pure data out: no I/O, no Trackio, no clock unless given one.
+Pure: data in, samples out. It reads only what it is given: its settings, a clock, and an
+:class:`~._open_samples.OpenSampleLookup` for the identity of roots still open at a flush.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._open_samples import lookup_open_sample
+from ._open_samples import OpenSampleLookup
 from ._records import SpanRecord
+from ._samples import PartialReason, Sample, SampleIdentity, resolve_step
+from ._values import parse_step
+from .settings import TrackioSettings
 
-# Attribute names copied into a sample's identity (besides the configurable step/sample keys).
-IDENTITY_ATTRIBUTES = ("rollout_n", "validate")
+# Tags read into a sample's identity besides the configurable step and sample attributes.
+ROLLOUT_N_ATTRIBUTE = "rollout_n"
+VALIDATE_ATTRIBUTE = "validate"
 
 
 @dataclass(slots=True)
-class Sample:
-    """The spans of one sample, ready for conversion.
+class _Held:
+    """A complete sample waiting for its grace period to end (or for its ancestor's step)."""
 
-    ``root`` is the sample's root span when it is among ``spans``. ``identity`` holds what is
-    known of the sample (``step``, ``sample_index``, ``rollout_n``, ``validate`` raw values,
-    ``trace_id``, ``root_span_id``). ``partial`` with a ``reason`` (``late``, ``flush``, ``ttl``,
-    ``capacity``, ``duplicate``) marks a sample that is not the whole of it.
-    """
-
+    trace_id: int
+    root: SpanRecord
     spans: list[SpanRecord]
-    root: SpanRecord | None
-    identity: dict[str, Any] = field(default_factory=dict)
-    partial: bool = False
-    reason: str | None = None
+    due: float
+    waits_for_step: bool
+    ancestor_step: Any = None
 
 
 @dataclass(slots=True)
@@ -54,40 +59,53 @@ class _OpenTrace:
     spans: dict[int, SpanRecord] = field(default_factory=dict)
     children: dict[int, list[int]] = field(default_factory=dict)
     last_seen: float = 0.0
-    # Complete samples whose step lives on an ancestor that has not ended yet.
-    pending: list[Sample] = field(default_factory=list)
+    # Complete samples of this trace not emitted yet, by root span id; and every span id in them.
+    held: dict[int, _Held] = field(default_factory=dict)
+    held_spans: dict[int, _Held] = field(default_factory=dict)
 
 
 class SampleAssembler:
     """Buffers spans by trace and hands back samples as they complete.
 
-    Not thread-safe: the exporter serialises calls.
+    Not thread-safe: the pipeline serialises calls.
+
+    Args:
+        settings: attribute names, ``sample_ttl_seconds``, ``max_buffered_spans``.
+        grace_seconds: how long a completed sample waits for spans arriving after its root.
+        open_samples: where roots still open at a flush are looked up (None: nowhere).
+        remembered_spans: span ids of emitted samples remembered, to place late spans.
+        clock: monotonic seconds.
     """
 
     def __init__(
         self,
+        settings: TrackioSettings | None = None,
         *,
-        step_attribute: str = "step",
-        sample_attribute: str = "sample_index",
-        ttl_seconds: float = 300.0,
-        max_spans: int = 100_000,
+        grace_seconds: float = 0.0,
+        open_samples: OpenSampleLookup | None = None,
         remembered_spans: int = 50_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.step_attribute = step_attribute
-        self.sample_attribute = sample_attribute
-        self.ttl_seconds = ttl_seconds
-        self.max_spans = max(1, max_spans)
+        settings = settings or TrackioSettings()
+        self.step_attribute = settings.step_attribute
+        self.sample_attribute = settings.sample_attribute
+        self.ttl_seconds = settings.sample_ttl_seconds
+        self.max_spans = settings.max_buffered_spans
+        self.grace_seconds = max(0.0, grace_seconds)
+        self._open_samples = open_samples
         self._remembered_limit = max(0, remembered_spans)
         self._clock = clock
         self._traces: OrderedDict[int, _OpenTrace] = OrderedDict()
-        self._buffered = 0
+        self._buffered = 0  # spans waiting, held samples included
+        # Held samples in the order they completed (so the first is due first).
+        self._held: OrderedDict[tuple[int, int], _Held] = OrderedDict()
         # span id -> identity of the emitted sample it went out with (for late spans).
-        self._emitted: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._emitted: OrderedDict[int, SampleIdentity] = OrderedDict()
+        self.latest_step: int | None = None
 
     @property
     def buffered_spans(self) -> int:
-        """How many spans wait for their sample's root."""
+        """How many spans wait here (for their sample's root, or held in a complete sample)."""
         return self._buffered
 
     @property
@@ -95,41 +113,59 @@ class SampleAssembler:
         """How many traces have spans waiting."""
         return len(self._traces)
 
+    @property
+    def held_samples(self) -> int:
+        """How many complete samples wait for their grace period or their step."""
+        return len(self._held)
+
+    def next_due(self) -> float | None:
+        """Clock time at which :meth:`expire` has something to do (None: nothing held or open)."""
+        due = [h.due for h in self._held.values() if not h.waits_for_step][:1]
+        if self._traces and self.ttl_seconds > 0:
+            oldest = next(iter(self._traces.values())).last_seen
+            due.append(oldest + self.ttl_seconds)
+        return min(due) if due else None
+
     # -- public steps -------------------------------------------------------------------------
 
     def add(self, records: Iterable[SpanRecord]) -> list[Sample]:
-        """Take finished spans; return the samples they complete (late spans as continuations)."""
+        """Take finished spans; return the samples that are due (late spans as continuations)."""
         now = self._clock()
         out: list[Sample] = []
         candidates: list[SpanRecord] = []
         for record in records:
-            late_identity = self._late_identity(record)
-            if late_identity is not None:
-                # Its sample already went out: gather what hangs below it and send it after.
-                candidates.append(record)
-                self._buffer(record, now, out)
+            if not self._buffer(record, now, out):
                 continue
-            if self._buffer(record, now, out) and (
-                self.sample_attribute in record.attributes or record.is_local_root
+            trace = self._traces[record.trace_id]
+            held = trace.held_spans.get(record.parent_id) if record.parent_id is not None else None
+            if held is not None and not record.parent_is_remote:
+                self._join(trace, held, record)
+            elif (
+                self._late_identity(record) is not None
+                or self.sample_attribute in record.attributes
+                or record.is_local_root
             ):
                 candidates.append(record)
         # Outer sample roots first, so that nested tagged spans go with the outermost one.
         for record in candidates:
             if self._is_buffered(record) and self._is_sample_root(record):
-                out.extend(self._take_sample(record))
+                out.extend(self._complete(record, now))
         for record in candidates:
             if self._is_buffered(record) and record.is_local_root:
-                out.extend(self._take_sample(record))
+                out.extend(self._complete(record, now))
         for record in candidates:
             if self._is_buffered(record) and self._late_identity(record) is not None:
-                out.extend(self._take_sample(record))
+                out.extend(self._complete(record, now))
+        out.extend(self._take_due(now))
         out.extend(self._evict_over_capacity())
         return out
 
     def expire(self) -> list[Sample]:
-        """Emit, as partial, the traces that saw no new span for ``ttl_seconds``."""
-        deadline = self._clock() - self.ttl_seconds
-        out: list[Sample] = []
+        """Emit held samples whose grace period ended, and, as partial, the traces that saw no
+        new span for ``ttl_seconds``."""
+        now = self._clock()
+        out = self._take_due(now)
+        deadline = now - self.ttl_seconds
         while self._traces:
             trace_id, trace = next(iter(self._traces.items()))
             if trace.last_seen > deadline:
@@ -138,7 +174,7 @@ class SampleAssembler:
         return out
 
     def flush(self) -> list[Sample]:
-        """Emit every open span as partial samples (force_flush / shutdown)."""
+        """Emit everything: held samples whole, every open span as partial samples."""
         out: list[Sample] = []
         for trace_id in list(self._traces):
             out.extend(self._take_partial(trace_id, "flush"))
@@ -153,9 +189,9 @@ class SampleAssembler:
         else:
             self._traces.move_to_end(record.trace_id)
         trace.last_seen = now
-        if record.span_id in trace.spans:
-            identity = self._identity_for([record], None)
-            out.append(Sample([record], None, identity, partial=True, reason="duplicate"))
+        if record.span_id in trace.spans or record.span_id in trace.held_spans:
+            identity = self._identify([record], None, reason="duplicate")
+            out.append(Sample([record], None, identity))
             return False
         trace.spans[record.span_id] = record
         if record.parent_id is not None and record.parent_id != record.span_id:
@@ -167,120 +203,155 @@ class SampleAssembler:
         trace = self._traces.get(record.trace_id)
         return trace is not None and trace.spans.get(record.span_id) is record
 
+    @staticmethod
+    def _ancestors(spans: Mapping[int, SpanRecord], span: SpanRecord) -> Iterator[SpanRecord]:
+        """The ancestors of ``span`` found in ``spans``, nearest first; the walk stops at a
+        missing span, a remote parent or a cycle."""
+        seen = {span.span_id}
+        current = span
+        while (
+            current.parent_id is not None
+            and not current.parent_is_remote
+            and current.parent_id not in seen
+        ):
+            parent = spans.get(current.parent_id)
+            if parent is None:
+                return
+            seen.add(parent.span_id)
+            yield parent
+            current = parent
+
     def _is_sample_root(self, record: SpanRecord) -> bool:
         """Tagged, with no tagged ancestor among the buffered spans (nor an emitted sample)."""
         if self.sample_attribute not in record.attributes:
             return False
         late = self._late_identity(record)
-        if late is not None and self.sample_attribute in late:
+        if late is not None and late.sample_index is not None:
             return False  # a tagged span below an emitted sample continues that sample
         trace = self._traces[record.trace_id]
-        seen = {record.span_id}
-        parent_id = record.parent_id
-        while parent_id is not None and parent_id not in seen:
-            seen.add(parent_id)
-            parent = trace.spans.get(parent_id)
-            if parent is None:
-                break
-            if self.sample_attribute in parent.attributes:
-                return False
-            parent_id = parent.parent_id
-        return True
+        return not any(
+            self.sample_attribute in a.attributes for a in self._ancestors(trace.spans, record)
+        )
 
-    def _late_identity(self, record: SpanRecord) -> dict[str, Any] | None:
-        if record.parent_id is None or record.parent_is_remote:
+    def _late_identity(self, record: SpanRecord) -> SampleIdentity | None:
+        if record.parent_is_remote:
             return None
-        identity = self._emitted.get(record.parent_id)
-        if identity is None or identity.get("_trace") != record.trace_id:
+        return self._emitted_identity(record.trace_id, record.parent_id)
+
+    def _emitted_identity(self, trace_id: int, span_id: int | None) -> SampleIdentity | None:
+        if span_id is None:
+            return None
+        identity = self._emitted.get(span_id)
+        if identity is None or identity.trace_id != trace_id:
             return None
         return identity
 
-    # -- taking samples out -------------------------------------------------------------------
+    # -- completing and holding samples -------------------------------------------------------
 
-    def _take_sample(self, root: SpanRecord) -> list[Sample]:
+    def _complete(self, root: SpanRecord, now: float) -> list[Sample]:
+        """``root``'s subtree is complete: a continuation of an emitted sample, or a sample held
+        for its grace period (and its ancestor's step)."""
         trace = self._traces[root.trace_id]
         spans = self._take_subtree(trace, root.span_id)
-        late_identity = self._late_identity(root)
-        is_sample = self.sample_attribute in root.attributes
-        starts_new_sample = is_sample and (
-            late_identity is None or self.sample_attribute not in late_identity
+        late = self._late_identity(root)
+        is_tagged = self.sample_attribute in root.attributes
+        if late is not None and not (is_tagged and late.sample_index is None):
+            self._buffered -= len(spans)
+            self._forget_if_empty(root.trace_id, trace)
+            continuation = dataclasses.replace(late, partial_reason="late")
+            self._remember(spans, late)
+            return [Sample(spans, None, continuation)]
+        if root.parent_id is None and trace.spans:
+            # The trace's own root closes the trace: spans cut off by a missing middle span
+            # belong here rather than nowhere.
+            spans.extend(self._take_all(trace))
+        waits = not root.is_local_root and not any(
+            self.step_attribute in s.attributes for s in spans
         )
+        held = _Held(root.trace_id, root, spans, now + self.grace_seconds, waits)
+        trace.held[root.span_id] = held
+        for span in spans:
+            trace.held_spans[span.span_id] = held
+        self._held[(root.trace_id, root.span_id)] = held
+        if root.is_local_root:
+            self._give_step_to_waiting(trace, spans)
+        return []
+
+    def _join(self, trace: _OpenTrace, held: _Held, record: SpanRecord) -> None:
+        """A span (and what hangs below it) arriving while its sample is held joins it."""
+        for span in self._take_subtree(trace, record.span_id):
+            held.spans.append(span)
+            trace.held_spans[span.span_id] = held
+
+    def _give_step_to_waiting(self, trace: _OpenTrace, ancestors: list[SpanRecord]) -> None:
+        """Held samples waiting for a step get the step of their nearest ancestor that has one."""
+        by_id = {span.span_id: span for span in ancestors}
+        for held in trace.held.values():
+            if held.waits_for_step:
+                held.waits_for_step = False
+                for parent in self._ancestors(by_id, held.root):
+                    if self.step_attribute in parent.attributes:
+                        held.ancestor_step = parent.attributes[self.step_attribute]
+                        break
+
+    def _take_due(self, now: float) -> list[Sample]:
         out: list[Sample] = []
-        if late_identity is not None and not starts_new_sample:
-            identity = late_identity
-            out.append(Sample(spans, None, dict(identity), partial=True, reason="late"))
-        else:
-            if root.parent_id is None and trace.spans:
-                # The trace's own root closes the trace: spans cut off by a missing middle span
-                # belong here rather than nowhere.
-                spans.extend(self._take_all(trace))
-            identity = self._identity_for(spans, root)
-            sample = Sample(spans, root, identity)
-            if self.step_attribute not in identity and not root.is_local_root:
-                trace.pending.append(sample)  # wait for the ancestor that carries the step
-            else:
-                out.append(sample)
-            if root.is_local_root and trace.pending:
-                out.extend(self._resolve_pending(trace, spans))
-        self._forget_if_empty(root.trace_id, trace)
-        self._remember(spans, identity)
+        for key, held in list(self._held.items()):
+            if held.due > now:
+                break
+            if not held.waits_for_step:
+                del self._held[key]
+                out.append(self._release(held))
         return out
 
-    def _resolve_pending(self, trace: _OpenTrace, ancestors: list[SpanRecord]) -> list[Sample]:
-        """Give samples waiting for a step the step of their nearest ancestor that has one."""
-        by_id = {span.span_id: span for span in ancestors}
-        pending, trace.pending = trace.pending, []
-        for sample in pending:
-            seen: set[int] = set()
-            parent_id = sample.root.parent_id if sample.root is not None else None
-            while parent_id is not None and parent_id not in seen:
-                seen.add(parent_id)
-                parent = by_id.get(parent_id)
-                if parent is None:
-                    break
-                if self.step_attribute in parent.attributes:
-                    sample.identity[self.step_attribute] = parent.attributes[self.step_attribute]
-                    break
-                parent_id = parent.parent_id
-        return pending
+    def _release(self, held: _Held) -> Sample:
+        """Emit a held sample (already removed from ``self._held``)."""
+        trace = self._traces.get(held.trace_id)
+        if trace is not None:
+            trace.held.pop(held.root.span_id, None)
+            for span in held.spans:
+                trace.held_spans.pop(span.span_id, None)
+            self._forget_if_empty(held.trace_id, trace)
+        self._buffered -= len(held.spans)
+        identity = self._identify(held.spans, held.root, ancestor_step=held.ancestor_step)
+        self._remember(held.spans, identity)
+        return Sample(held.spans, held.root, identity)
 
-    def _take_partial(self, trace_id: int, reason: str) -> list[Sample]:
-        """Emit an open trace as partial samples, one per missing ancestor they hang from."""
+    def _take_partial(self, trace_id: int, reason: PartialReason) -> list[Sample]:
+        """Emit an open trace: held samples whole, other spans as partial samples, one per
+        missing ancestor they hang from."""
         trace = self._traces[trace_id]
-        out: list[Sample] = trace.pending  # complete samples, still without a step
+        out: list[Sample] = []
+        for held in list(trace.held.values()):
+            self._held.pop((trace_id, held.root.span_id), None)
+            out.append(self._release(held))
         groups: dict[int | None, list[SpanRecord]] = {}
         for span in trace.spans.values():
             groups.setdefault(self._attach_point(trace, span), []).append(span)
         self._buffered -= len(trace.spans)
-        del self._traces[trace_id]
+        self._traces.pop(trace_id, None)
         for attach, spans in groups.items():
-            identity = self._late_identity_of_id(trace_id, attach)
-            if identity is None:
-                open_sample = lookup_open_sample(trace_id, attach) if attach is not None else None
-                identity = self._identity_for(spans, None, open_sample)
-            out.append(Sample(spans, None, dict(identity), partial=True, reason=reason))
-            self._remember(spans, identity)
+            late = self._emitted_identity(trace_id, attach)
+            if late is not None:
+                identity = dataclasses.replace(late, partial_reason=reason)
+                self._remember(spans, late)
+            else:
+                known = None
+                if attach is not None and self._open_samples is not None:
+                    known = self._open_samples.lookup(trace_id, attach)
+                identity = self._identify(spans, None, known=known, reason=reason)
+                self._remember(spans, dataclasses.replace(identity, partial_reason=None))
+            out.append(Sample(spans, None, identity))
         return out
-
-    def _late_identity_of_id(self, trace_id: int, span_id: int | None) -> dict[str, Any] | None:
-        if span_id is None:
-            return None
-        identity = self._emitted.get(span_id)
-        if identity is None or identity.get("_trace") != trace_id:
-            return None
-        return identity
 
     def _attach_point(self, trace: _OpenTrace, span: SpanRecord) -> int | None:
         """The id of the first ancestor that is not buffered (None for a local root)."""
-        seen = {span.span_id}
-        current = span
-        while current.parent_id is not None and not current.parent_is_remote:
-            parent = trace.spans.get(current.parent_id)
-            if parent is None or parent.span_id in seen:
-                return current.parent_id
-            seen.add(parent.span_id)
-            current = parent
-        return None
+        top = span
+        for top in self._ancestors(trace.spans, span):  # noqa: B007 - the outermost is wanted
+            pass
+        if top.parent_id is None or top.parent_is_remote:
+            return None
+        return top.parent_id
 
     def _take_subtree(self, trace: _OpenTrace, root_id: int) -> list[SpanRecord]:
         out: list[SpanRecord] = []
@@ -296,19 +367,17 @@ class SampleAssembler:
                 continue
             out.append(span)
             stack.extend(trace.children.pop(span_id, ()))
-        self._buffered -= len(out)
         return out
 
     def _take_all(self, trace: _OpenTrace) -> list[SpanRecord]:
         spans = list(trace.spans.values())
-        self._buffered -= len(spans)
         trace.spans.clear()
         trace.children.clear()
         return spans
 
     def _forget_if_empty(self, trace_id: int, trace: _OpenTrace) -> None:
         # Child links to spans already taken are harmless: taking a subtree skips them.
-        if not trace.spans and not trace.pending:
+        if not trace.spans and not trace.held:
             self._traces.pop(trace_id, None)
 
     def _evict_over_capacity(self) -> list[Sample]:
@@ -319,32 +388,46 @@ class SampleAssembler:
 
     # -- identity -----------------------------------------------------------------------------
 
-    def _identity_for(
+    def _identify(
         self,
         spans: list[SpanRecord],
         root: SpanRecord | None,
+        *,
+        ancestor_step: Any = None,
         known: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """What identifies a sample: its tags from the root, else from any of its spans."""
-        keys = (self.step_attribute, self.sample_attribute, *IDENTITY_ATTRIBUTES)
-        identity: dict[str, Any] = {"_trace": spans[0].trace_id if spans else 0}
-        if root is not None:
-            identity["_root"] = root.span_id
+        reason: PartialReason | None = None,
+    ) -> SampleIdentity:
+        """The one place a sample's identity is made: its tags from what is ``known`` of an open
+        root, else from its root, else from any of its spans; the step by :func:`resolve_step`."""
+        sources: list[Mapping[str, Any]] = []
         if known:
-            for key in keys:
-                if key in known:
-                    identity[key] = known[key]
-        sources = ([root] if root is not None else []) + spans
-        for key in keys:
-            if key in identity:
-                continue
-            for span in sources:
-                if key in span.attributes:
-                    identity[key] = span.attributes[key]
-                    break
-        return identity
+            sources.append(known)
+        if root is not None:
+            sources.append(root.attributes)
+        sources.extend(span.attributes for span in spans)
 
-    def _remember(self, spans: list[SpanRecord], identity: dict[str, Any]) -> None:
+        def tag(name: str) -> Any:
+            for attributes in sources:
+                if name in attributes:
+                    return attributes[name]
+            return None
+
+        own_step = tag(self.step_attribute)
+        step = resolve_step(own_step, ancestor_step, self.latest_step)
+        if parse_step(own_step) is not None or parse_step(ancestor_step) is not None:
+            if self.latest_step is None or step > self.latest_step:
+                self.latest_step = step
+        return SampleIdentity(
+            trace_id=spans[0].trace_id if spans else 0,
+            root_span_id=root.span_id if root is not None else None,
+            step=step,
+            sample_index=tag(self.sample_attribute),
+            rollout_n=tag(ROLLOUT_N_ATTRIBUTE),
+            validate=tag(VALIDATE_ATTRIBUTE),
+            partial_reason=reason,
+        )
+
+    def _remember(self, spans: list[SpanRecord], identity: SampleIdentity) -> None:
         if self._remembered_limit <= 0:
             return
         emitted = self._emitted

@@ -1,56 +1,21 @@
 """Turn an assembled sample into a Trackio Trace dict: ``messages``, ``spans`` and ``metadata``.
 
-Pure: plain data in, plain dicts out, no Trackio import. The sink wraps the dict in
-``trackio.Trace``.
+Pure: plain data in, plain dicts out, no Trackio import (``_trackio`` logs the dicts).
 """
 
 from __future__ import annotations
 
-import json
-import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from ._assembly import IDENTITY_ATTRIBUTES, Sample
 from ._conversation import build_conversation
 from ._records import SpanRecord
-from .conventions import DEFAULT_TOKEN_ID_ATTRIBUTES, ReadOptions, SpanFacts, read_span_facts
-from .conventions._common import as_int
+from ._samples import Sample
+from ._values import as_text, attribute_json, limit, storable
+from .conventions import SpanFacts, read_span_facts
+from .settings import TrackioSettings
 
 TraceDict = dict[str, Any]
-
-DEFAULT_MAX_VALUE_CHARS = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ConvertOptions:
-    """How spans are read: attribute names, value size limit, optional token decoder."""
-
-    step_attribute: str = "step"
-    sample_attribute: str = "sample_index"
-    max_value_chars: int = DEFAULT_MAX_VALUE_CHARS
-    token_decoder: Callable[[Sequence[int]], str] | None = None
-    token_id_attributes: Mapping[str, str] = field(
-        default_factory=lambda: dict(DEFAULT_TOKEN_ID_ATTRIBUTES)
-    )
-
-
-def parse_step(value: Any) -> int | None:
-    """A step from an attribute value: ints, integral floats and strings of ints; else None.
-
-    Steps outside the signed 64-bit range are None too: SQLite cannot store them, and Trackio
-    would drop the whole log entry in its background thread.
-    """
-    if isinstance(value, float) and not value.is_integer():
-        return None  # 2.5 is no step; as_int would truncate it
-    step = as_int(value)
-    if step is None or not -_INT64 <= step < _INT64:
-        return None
-    return step
 
 
 def iso_time(ns: int) -> str:
@@ -74,73 +39,53 @@ def iso_time(ns: int) -> str:
 _iso_second: tuple[int | None, str] = (None, "")
 
 
-def sample_to_trace(sample: Sample, step: int, options: ConvertOptions | None = None) -> TraceDict:
-    """Convert one sample to a Trace dict logged at ``step``."""
-    options = options or ConvertOptions()
+def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> TraceDict:
+    """Convert one sample to a Trace dict (logged at ``sample.identity.step``)."""
+    settings = settings or TrackioSettings()
     spans = sorted(sample.spans, key=lambda s: (s.start_ns, s.end_ns))
     ids = {s.span_id for s in spans}
     root = sample.root
-    read_options = ReadOptions(options.token_decoder, options.token_id_attributes)
-    facts = [read_span_facts(s, read_options) for s in spans]
+    facts = [read_span_facts(s, settings) for s in spans]
     span_dicts = [
-        _translate_span(s, f, root, ids, options) for s, f in zip(spans, facts, strict=True)
+        _translate_span(s, f, root, ids, settings) for s, f in zip(spans, facts, strict=True)
     ]
     generations = [f for f in facts if f.kind == "generation"]
     messages = build_conversation(generations)
     if not messages and root is not None:
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
-    messages = [_limit(_show_tool_calls(m), options.max_value_chars) for m in messages]
+    messages = [limit(_show_tool_calls(m), settings.max_value_chars) for m in messages]
     return storable(
         {
             "messages": messages,
             "spans": span_dicts,
-            "metadata": _translate_metadata(sample, step, spans, span_dicts, generations, options),
+            "metadata": _translate_metadata(sample, spans, span_dicts, generations),
         }
     )
 
 
-_INT64 = 2**63
-
-
-def storable(value: Any) -> Any:
-    """``value`` in a form Trackio can serialise; the same object when it already is.
-
-    Trackio round-trips every log entry through orjson. When orjson takes the value as it is
-    (nearly always), nothing is copied; otherwise :func:`_storable` repairs it.
-    """
-    try:
-        orjson.dumps(value)
-    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
-        return _storable(value)
-    return value
-
-
-def _storable(value: Any) -> Any:
-    """Make a Trace dict serialisable by Trackio (orjson): no lone surrogates, ints within 64 bits.
-
-    Trackio drops a whole metric key it cannot serialise, which would lose every sample logged
-    with this one, so non-UTF-8 text is replaced (``\ufffd``) and huge ints become strings.
-    """
-    if isinstance(value, str):
-        if value.isascii():
-            return value
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return value
-    if isinstance(value, bool) or value is None or isinstance(value, float):
-        return value
-    if isinstance(value, int):
-        return value if -_INT64 <= value < _INT64 else str(value)
-    if isinstance(value, dict):
-        return {_storable(str(k)): _storable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_storable(v) for v in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<{len(value)} bytes>"
-    return _storable(str(value))
+def bare_trace(sample: Sample, error: str) -> TraceDict:
+    """The least a sample can be logged as when full conversion failed: its span names and ids."""
+    return storable(
+        {
+            "messages": [],
+            "spans": [
+                {
+                    "id": f"{s.span_id:016x}",
+                    "parent_id": None,
+                    "name": str(s.name),
+                    "kind": "span",
+                }
+                for s in sample.spans
+            ],
+            "metadata": {
+                "step": sample.identity.step,
+                "trace_id": f"{sample.identity.trace_id:032x}",
+                "partial": sample.identity.partial,
+                "conversion_error": error,
+            },
+        }
+    )
 
 
 def _show_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
@@ -166,16 +111,10 @@ def _show_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
 def _fallback_messages(facts: SpanFacts) -> list[dict[str, Any]]:
     messages = []
     if facts.input is not None:
-        messages.append({"role": "user", "content": _as_text(facts.input)})
+        messages.append({"role": "user", "content": as_text(facts.input)})
     if facts.output is not None:
-        messages.append({"role": "assistant", "content": _as_text(facts.output)})
+        messages.append({"role": "assistant", "content": as_text(facts.output)})
     return messages
-
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _translate_span(
@@ -183,7 +122,7 @@ def _translate_span(
     facts: SpanFacts,
     root: SpanRecord | None,
     ids: set[int],
-    options: ConvertOptions,
+    settings: TrackioSettings,
 ) -> dict[str, Any]:
     parent_id: str | None = None
     metadata: dict[str, Any] = {}
@@ -218,24 +157,28 @@ def _translate_span(
     if facts.cost_usd is not None:
         out["cost_usd"] = facts.cost_usd
     if facts.input is not None:
-        out["input"] = _limit(facts.input, options.max_value_chars)
+        out["input"] = limit(facts.input, settings.max_value_chars)
     if facts.output is not None:
-        out["output"] = _limit(facts.output, options.max_value_chars)
+        out["output"] = limit(facts.output, settings.max_value_chars)
     if facts.provider is not None:
         metadata["provider"] = facts.provider
     metadata["otel.span_kind"] = span.kind
     for key, value in span.attributes.items():
         if key not in facts.consumed:
-            metadata[key] = _limit(_json_safe(value), options.max_value_chars)
+            metadata[key] = limit(attribute_json(value), settings.max_value_chars)
     for key, value in facts.extra_metadata.items():
-        metadata[key] = _limit(_json_safe(value), options.max_value_chars)
+        metadata[key] = limit(attribute_json(value), settings.max_value_chars)
     events = [
-        {"name": e.name, "time": iso_time(e.time_ns), "attributes": _json_safe(dict(e.attributes))}
+        {
+            "name": e.name,
+            "time": iso_time(e.time_ns),
+            "attributes": attribute_json(dict(e.attributes)),
+        }
         for i, e in enumerate(span.events)
         if e.name != "exception" and i not in facts.consumed_events
     ]
     if events:
-        metadata["events"] = _limit(events, options.max_value_chars)
+        metadata["events"] = limit(events, settings.max_value_chars)
     out["metadata"] = metadata
     return out
 
@@ -257,25 +200,21 @@ def _error_text(span: SpanRecord) -> str | None:
 
 def _translate_metadata(
     sample: Sample,
-    step: int,
     spans: list[SpanRecord],
     span_dicts: list[dict[str, Any]],
     generations: list[SpanFacts],
-    options: ConvertOptions,
 ) -> dict[str, Any]:
     identity = sample.identity
-    meta: dict[str, Any] = {"step": step}
-    sample_index = identity.get(options.sample_attribute)
-    if sample_index is not None:
-        meta["sample_index"] = _json_safe(sample_index)
-    for key in IDENTITY_ATTRIBUTES:
-        if key in identity:
-            meta[key] = _json_safe(identity[key])
-    trace_id = identity.get("_trace") or (spans[0].trace_id if spans else 0)
-    meta["trace_id"] = f"{int(trace_id):032x}"
-    root_id = identity.get("_root")
-    if root_id is not None:
-        meta["root_span_id"] = f"{int(root_id):016x}"
+    meta: dict[str, Any] = {"step": identity.step}
+    if identity.sample_index is not None:
+        meta["sample_index"] = attribute_json(identity.sample_index)
+    if identity.rollout_n is not None:
+        meta["rollout_n"] = attribute_json(identity.rollout_n)
+    if identity.validate is not None:
+        meta["validate"] = attribute_json(identity.validate)
+    meta["trace_id"] = f"{identity.trace_id:032x}"
+    if identity.root_span_id is not None:
+        meta["root_span_id"] = f"{identity.root_span_id:016x}"
     service = _service_name(spans)
     if service is not None:
         meta["service_name"] = service
@@ -293,9 +232,9 @@ def _translate_metadata(
     if cost:
         meta["cost_usd"] = sum(cost)
     meta["span_count"] = len(spans)
-    if sample.partial:
+    if identity.partial:
         meta["partial"] = True
-        meta["partial_reason"] = sample.reason
+        meta["partial_reason"] = identity.partial_reason
     return meta
 
 
@@ -313,58 +252,3 @@ def _sum_usage(generations: list[SpanFacts]) -> dict[str, int] | None:
         for key, value in (facts.usage or {}).items():
             totals[key] = totals.get(key, 0) + value
     return totals or None
-
-
-def _json_safe(value: Any) -> Any:
-    """Attribute values as JSON: sequences to lists, bytes summarised, other objects as text."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<{len(value)} bytes>"
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_json_safe(v) for v in value]
-    return str(value)
-
-
-def _limit(value: Any, max_chars: int) -> Any:
-    """Cut long strings (and the strings inside containers) with a marker saying how much."""
-    if isinstance(value, (list, dict)):
-        try:
-            # No string inside can be longer than the whole serialised value.
-            if len(orjson.dumps(value)) <= max_chars:
-                return value
-        except (TypeError, ValueError):
-            pass
-    if not _too_long(value, max_chars):
-        return value  # the common case: nothing to cut, so nothing to copy
-    if isinstance(value, str):
-        if len(value) <= max_chars:
-            return value
-        cut = len(value) - max_chars
-        return f"{value[:max_chars]}…[otel-trackio cut {cut} chars]"
-    if isinstance(value, list):
-        return [_limit(v, max_chars) for v in value]
-    if isinstance(value, dict):
-        return {k: _limit(v, max_chars) for k, v in value.items()}
-    return value
-
-
-def _too_long(value: Any, max_chars: int) -> bool:
-    """True when ``_limit`` would cut something in ``value`` (a walk that allocates nothing)."""
-    if isinstance(value, str):
-        return len(value) > max_chars
-    if isinstance(value, list):
-        for item in value:
-            if _too_long(item, max_chars):
-                return True
-        return False
-    if isinstance(value, dict):
-        for item in value.values():
-            if _too_long(item, max_chars):
-                return True
-        return False
-    return False

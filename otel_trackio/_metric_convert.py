@@ -30,13 +30,8 @@ from opentelemetry.sdk.metrics.export import (
     Sum,
 )
 
-from ._convert import parse_step
+from ._values import parse_step, utf8
 
-# A copy of ``trackio.utils.RESERVED_KEYS`` (checked against Trackio in the tests); the exporter
-# passes Trackio's own list, this default keeps the converter usable on its own.
-DEFAULT_RESERVED_KEYS: frozenset[str] = frozenset(
-    {"project", "run", "timestamp", "step", "time", "metrics"}
-)
 # Series whose key Trackio would rename (reserved, or starting with "__") get this prefix.
 RENAME_PREFIX = "otel/"
 
@@ -84,7 +79,8 @@ class MetricConverter:
     Args:
         step_attribute: the point attribute holding the step (never part of series names).
         distributions: also produce a ``<series>/distribution`` for histogram points.
-        reserved_keys: keys Trackio reserves; a series named so is logged as ``otel/<name>``.
+        reserved_keys: keys Trackio reserves (the exporter passes Trackio's list); a series
+            named so, or starting with ``__``, is logged as ``otel/<name>``.
         max_remembered: bound of the (series, step) memory; it is cleared when full.
     """
 
@@ -93,7 +89,7 @@ class MetricConverter:
         *,
         step_attribute: str = "step",
         distributions: bool = False,
-        reserved_keys: Iterable[str] = DEFAULT_RESERVED_KEYS,
+        reserved_keys: Iterable[str] = (),
         max_remembered: int = 200_000,
     ) -> None:
         self.step_attribute = step_attribute
@@ -142,12 +138,12 @@ class MetricConverter:
                     _count_point(out, step)
         elif isinstance(data, (Histogram, ExponentialHistogram)):
             exponential = isinstance(data, ExponentialHistogram)
-            for point in data.data_points:
-                attributes = point.attributes or {}
+            for histogram_point in data.data_points:
+                attributes = histogram_point.attributes or {}
                 series = self.series_name(name, attributes)
                 step = step_for(attributes)
                 out.points += 1
-                self._put_histogram(out, step, series, point, exponential, delta)
+                self._put_histogram(out, step, series, histogram_point, exponential, delta)
         else:
             out.unsupported += 1
             out.unsupported_types.add(type(data).__name__)
@@ -239,21 +235,7 @@ class MetricConverter:
             if key != self.step_attribute
         ]
         name = "/".join([metric_name, *parts]) if parts else metric_name
-        return _utf8(name)
-
-
-def _utf8(text: str) -> str:
-    """Text Trackio can store: a lone surrogate (non-UTF-8 input) becomes ``?``.
-
-    Trackio drops a whole log entry's key it cannot encode, so the series would vanish.
-    """
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
-    return text
+        return utf8(name)
 
 
 def format_attribute(value: Any) -> str:

@@ -1,33 +1,69 @@
 """Samples whose root span has started but not ended, known by trace and span id.
 
 An exporter only sees spans once they end, so when it must flush a sample early (shutdown, TTL,
-a full buffer) the root, which carries ``step`` and ``sample_index``, is not there yet.
-``otel_trackio.rollout()`` registers each sample root here when it starts and removes it when it
-ends, so such partial samples keep their identity. Plain OTel users may call these too.
+a full buffer) the root, which carries ``step`` and ``sample_index``, is not there yet. Whatever
+sees roots start records their attributes here — ``otel_trackio.rollout()`` and
+:class:`otel_trackio.TrackioSpanProcessor` (every span carrying the sample attribute, started
+with the plain OTel API too) — and removes them when they end, so such partial samples keep their
+identity. The assembler is given a registry to look in (by default :data:`OPEN_SAMPLES`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
-_lock = threading.Lock()
-_open: dict[tuple[int, int], Mapping[str, Any]] = {}
+
+class OpenSampleLookup(Protocol):
+    """What the assembler reads: the start attributes of an open sample root, if known."""
+
+    def lookup(self, trace_id: int, span_id: int) -> Mapping[str, Any] | None:
+        """The attributes a started, not yet ended sample root was registered with."""
+
+
+class OpenSampleRegistry:
+    """Thread-safe map of open sample roots to their start attributes, bounded in size."""
+
+    def __init__(self, max_entries: int = 1_000_000) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[tuple[int, int], Mapping[str, Any]] = {}
+        self._max = max_entries
+
+    def register(self, trace_id: int, span_id: int, attributes: Mapping[str, Any]) -> None:
+        """Remember the attributes (``step``, ``sample_index``, ...) of a started root."""
+        with self._lock:
+            if len(self._open) >= self._max:
+                self._open.pop(next(iter(self._open)))  # a leak elsewhere must not grow forever
+            self._open[(trace_id, span_id)] = attributes
+
+    def unregister(self, trace_id: int, span_id: int) -> None:
+        """Forget a sample root once it has ended."""
+        with self._lock:
+            self._open.pop((trace_id, span_id), None)
+
+    def lookup(self, trace_id: int, span_id: int) -> Mapping[str, Any] | None:
+        """The attributes of a started, not yet ended sample root, if it was registered."""
+        return self._open.get((trace_id, span_id))
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+OPEN_SAMPLES = OpenSampleRegistry()
+"""The process's registry: what ``rollout()`` and ``TrackioSpanProcessor`` write to."""
 
 
 def register_open_sample(trace_id: int, span_id: int, identity: Mapping[str, Any]) -> None:
     """Remember the identity attributes (``step``, ``sample_index``, ...) of a started root."""
-    with _lock:
-        _open[(trace_id, span_id)] = identity
+    OPEN_SAMPLES.register(trace_id, span_id, identity)
 
 
 def unregister_open_sample(trace_id: int, span_id: int) -> None:
     """Forget a sample root once it has ended."""
-    with _lock:
-        _open.pop((trace_id, span_id), None)
+    OPEN_SAMPLES.unregister(trace_id, span_id)
 
 
 def lookup_open_sample(trace_id: int, span_id: int) -> Mapping[str, Any] | None:
-    """The identity of a started, not yet ended sample root, if it was registered."""
-    return _open.get((trace_id, span_id))
+    """The identity attributes of a started, not yet ended sample root, if it was registered."""
+    return OPEN_SAMPLES.lookup(trace_id, span_id)

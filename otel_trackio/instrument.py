@@ -14,16 +14,12 @@ dropped by a sampler).
 from __future__ import annotations
 
 import contextvars
-import dataclasses
-import datetime
-import enum
 import functools
 import inspect
 import json
-import math
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
@@ -31,20 +27,16 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 
-from ._open_samples import register_open_sample, unregister_open_sample
+from ._open_samples import OPEN_SAMPLES
+from ._values import MAX_ITEMS, MAX_STRING_CHARS, cut_text, json_safe
+from .settings import active_settings
 
-__all__ = ["json_safe", "rollout", "traced"]
+__all__ = ["MAX_STRING_CHARS", "json_safe", "rollout", "traced"]
 
 _SCOPE = "otel_trackio"
 
 #: caps applied to recorded values on the calling thread
-MAX_STRING_CHARS = 4096
-MAX_ITEMS = 64
-MAX_DEPTH = 6
 MAX_VALUE_CHARS = 32 * 1024
-
-_INT64 = 2**63
-_IDENTITY_KEYS = ("step", "sample_index", "rollout_n", "validate")
 
 _KINDS = {"generation": "LLM", "llm": "LLM", "tool": "TOOL", "span": "CHAIN", "chain": "CHAIN"}
 
@@ -71,106 +63,12 @@ def _tracer(provider: TracerProvider | None = None) -> Tracer:
     return tracer
 
 
-# -- JSON-safe values -------------------------------------------------------------------------
-
-
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}…[otel-trackio cut {len(text) - limit} chars]"
-
-
-def json_safe(value: Any, *, max_chars: int = MAX_STRING_CHARS, _depth: int = 0) -> Any:
-    """``value`` as plain JSON data, bounded in size; never raises.
-
-    Handles dicts, sequences, sets, dataclasses, pydantic models (``model_dump``), numpy
-    scalars and arrays and torch tensors (summarised when large) without importing them, bytes
-    (summarised as ``<N bytes>``), enums, dates and paths; anything else becomes its ``repr``.
-    Strings longer than ``max_chars`` and containers longer than ``MAX_ITEMS`` are cut visibly.
-    """
-    try:
-        return _safe(value, max_chars, _depth)
-    except Exception as exc:  # noqa: BLE001 - recording a value must never break the call
-        return f"<unserialisable {type(value).__name__}: {exc!r}>"
-
-
-def _safe(value: Any, max_chars: int, depth: int) -> Any:
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return value if -_INT64 <= value < _INT64 else str(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, str):
-        return _cut(value, max_chars)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<{len(value)} bytes>"
-    if depth >= MAX_DEPTH:
-        return _cut(repr(value), 200)
-    module = type(value).__module__ or ""
-    if module.startswith("numpy") or module.startswith("torch"):
-        return _array(value, max_chars, depth)
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for i, (k, v) in enumerate(value.items()):
-            if i >= MAX_ITEMS:
-                out["…"] = f"{len(value) - MAX_ITEMS} more items"
-                break
-            out[str(k)] = _safe(v, max_chars, depth + 1)
-        return out
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = value if isinstance(value, (list, tuple)) else sorted(value, key=repr)
-        out_list = [
-            # token ids and flags are the common case: no call per item for them
-            v
-            if (t := type(v)) is bool or v is None or (t is int and -_INT64 <= v < _INT64)
-            else _safe(v, max_chars, depth + 1)
-            for v in items[:MAX_ITEMS]
-        ]
-        if len(items) > MAX_ITEMS:
-            out_list.append(f"… {len(items) - MAX_ITEMS} more items")
-        return out_list
-    if isinstance(value, enum.Enum):
-        return _safe(value.value, max_chars, depth + 1)
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: _safe(getattr(value, f.name, None), max_chars, depth + 1)
-            for f in dataclasses.fields(value)[:MAX_ITEMS]
-        }
-    dump = getattr(value, "model_dump", None)  # pydantic v2
-    if callable(dump) and not isinstance(value, type):
-        return _safe(dump(), max_chars, depth + 1)
-    dump = getattr(value, "dict", None)  # pydantic v1
-    if callable(dump) and hasattr(value, "__fields__") and not isinstance(value, type):
-        return _safe(dump(), max_chars, depth + 1)
-    if hasattr(value, "__fspath__"):
-        return str(value)
-    return _cut(repr(value), max_chars)
-
-
-def _array(value: Any, max_chars: int, depth: int) -> Any:
-    """numpy / torch values: scalars as numbers, small arrays as lists, large ones summarised."""
-    shape = getattr(value, "shape", None)
-    if shape is not None and len(shape) == 0 and hasattr(value, "item"):
-        return _safe(value.item(), max_chars, depth + 1)
-    if shape is None:
-        item = getattr(value, "item", None)
-        return _safe(item(), max_chars, depth + 1) if callable(item) else repr(value)
-    size = 1
-    for dim in shape:
-        size *= int(dim)
-    if size <= MAX_ITEMS and hasattr(value, "tolist"):
-        if hasattr(value, "detach"):  # torch: no grad, on the CPU
-            value = value.detach().cpu()
-        return _safe(value.tolist(), max_chars, depth + 1)
-    return {"dtype": str(getattr(value, "dtype", "?")), "shape": [int(d) for d in shape]}
+# -- recorded values --------------------------------------------------------------------------
 
 
 def _dumps(value: Any) -> str:
     text = json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False)
-    return _cut(text, MAX_VALUE_CHARS)
+    return cut_text(text, MAX_VALUE_CHARS)
 
 
 def _attribute_value(value: Any) -> Any:
@@ -194,18 +92,13 @@ def _attribute_value(value: Any) -> Any:
 class _Rollout:
     """The context manager :func:`rollout` returns (sync ``with`` and ``async with``)."""
 
-    __slots__ = ("_attributes", "_identity", "_name", "_provider", "_span", "_tokens")
+    __slots__ = ("_attributes", "_name", "_provider", "_span", "_tokens")
 
     def __init__(
-        self,
-        name: str,
-        attributes: dict[str, Any],
-        identity: dict[str, Any],
-        provider: TracerProvider | None,
+        self, name: str, attributes: dict[str, Any], provider: TracerProvider | None
     ) -> None:
         self._name = name
         self._attributes = attributes
-        self._identity = identity
         self._provider = provider
         self._span: Span | None = None
         self._tokens: tuple[object, contextvars.Token[Any]] | None = None
@@ -220,7 +113,7 @@ class _Rollout:
         self._tokens = (otel_token, _provider_var.set(provider))
         if span.is_recording():
             ctx = span.get_span_context()
-            register_open_sample(ctx.trace_id, ctx.span_id, self._identity)
+            OPEN_SAMPLES.register(ctx.trace_id, ctx.span_id, self._attributes)
         return span
 
     def __exit__(
@@ -246,7 +139,7 @@ class _Rollout:
         span.end()
         if recording:
             ctx = span.get_span_context()
-            unregister_open_sample(ctx.trace_id, ctx.span_id)
+            OPEN_SAMPLES.unregister(ctx.trace_id, ctx.span_id)
 
     async def __aenter__(self) -> Span:
         return self.__enter__()
@@ -281,9 +174,11 @@ def rollout(
     span, or a remote parent): then it is that span's child. Both assemble the same way.
     ``tracer_provider`` (default: the global one) is also used by ``@traced`` calls inside.
     While open, the sample is registered so an exporter that must flush early keeps its
-    identity.
+    identity. The step and sample attributes are named as the latest exporter or
+    ``configure()`` of this process says (``step_attribute``, ``sample_attribute``).
     """
-    attrs: dict[str, Any] = {"step": step, "sample_index": sample_index}
+    names = active_settings()
+    attrs: dict[str, Any] = {names.step_attribute: step, names.sample_attribute: sample_index}
     if rollout_n is not None:
         attrs["rollout_n"] = rollout_n
     attrs["validate"] = bool(validate)
@@ -291,8 +186,7 @@ def rollout(
         if value is not None:
             attrs[key] = value
     attrs = {key: _attribute_value(value) for key, value in attrs.items()}
-    identity = {key: attrs[key] for key in _IDENTITY_KEYS if key in attrs}
-    return _Rollout(name, attrs, identity, tracer_provider)
+    return _Rollout(name, attrs, tracer_provider)
 
 
 # -- traced() ---------------------------------------------------------------------------------
@@ -374,93 +268,90 @@ def _in_dropped_sample() -> bool:
     return parent.is_valid and not parent.trace_flags.sampled
 
 
-def _failed(span: Span, exc: BaseException) -> None:
-    if span.is_recording():
-        _record_error(span, exc)
+class _Recording:
+    """One call of a traced function: its span (none inside a dropped sample), its arguments
+    recorded on entry, an exception as error status on exit, the result by :meth:`done`."""
+
+    __slots__ = ("_call", "_manager", "span")
+
+    def __init__(self, call: _Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._call = call
+        self._manager: Any = None
+        self.span: Span | None = None
+        if not _in_dropped_sample():
+            self._manager = call.start()
+            self.span = self._manager.__enter__()
+            call.inputs(self.span, args, kwargs)
+
+    def done(self, result: Any) -> None:
+        """Record the return value (or a generator's first items)."""
+        if self.span is not None:
+            self._call.output(self.span, result)
+
+    def __enter__(self) -> _Recording:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._manager is None:
+            return
+        # A consumer stopping a generator early is not an error.
+        if exc is not None and not isinstance(exc, GeneratorExit) and self.span is not None:
+            if self.span.is_recording():
+                _record_error(self.span, exc)
+        self._manager.__exit__(exc_type, exc, tb)
 
 
 def _wrap(func: Callable[..., Any], call: _Call) -> Callable[..., Any]:
+    """The wrapper of ``func`` for its kind (coroutine, async generator, generator, plain):
+    each runs the call inside one :class:`_Recording`."""
     if inspect.iscoroutinefunction(func):
 
-        @functools.wraps(func)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if _in_dropped_sample():
-                return await func(*args, **kwargs)
-            with call.start() as span:
-                call.inputs(span, args, kwargs)
-                try:
-                    result = await func(*args, **kwargs)
-                except BaseException as exc:
-                    _failed(span, exc)
-                    raise
-                call.output(span, result)
+        async def coroutine(*args: Any, **kwargs: Any) -> Any:
+            with _Recording(call, args, kwargs) as recording:
+                result = await func(*args, **kwargs)
+                recording.done(result)
                 return result
 
-        return async_wrapper
+        return functools.wraps(func)(coroutine)
 
     if inspect.isasyncgenfunction(func):
 
-        @functools.wraps(func)
-        async def asyncgen_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if _in_dropped_sample():
-                async for item in func(*args, **kwargs):
-                    yield item
-                return
-            with call.start() as span:
-                call.inputs(span, args, kwargs)
+        async def async_generator(*args: Any, **kwargs: Any) -> Any:
+            with _Recording(call, args, kwargs) as recording:
                 items: list[Any] = []
-                try:
-                    async for item in func(*args, **kwargs):
-                        if len(items) < MAX_ITEMS:
-                            items.append(item)
-                        yield item
-                except GeneratorExit:
-                    raise  # the consumer stopped early: not an error
-                except BaseException as exc:
-                    _failed(span, exc)
-                    raise
-                call.output(span, items)
+                async for item in func(*args, **kwargs):
+                    if len(items) < MAX_ITEMS:
+                        items.append(item)
+                    yield item
+                recording.done(items)
 
-        return asyncgen_wrapper
+        return functools.wraps(func)(async_generator)
 
     if inspect.isgeneratorfunction(func):
 
-        @functools.wraps(func)
-        def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if _in_dropped_sample():
-                return (yield from func(*args, **kwargs))
-            with call.start() as span:
-                call.inputs(span, args, kwargs)
+        def generator(*args: Any, **kwargs: Any) -> Any:
+            with _Recording(call, args, kwargs) as recording:
                 items: list[Any] = []
-                try:
-                    for item in func(*args, **kwargs):
-                        if len(items) < MAX_ITEMS:
-                            items.append(item)
-                        yield item
-                except GeneratorExit:
-                    raise  # the consumer stopped early: not an error
-                except BaseException as exc:
-                    _failed(span, exc)
-                    raise
-                call.output(span, items)
+                for item in func(*args, **kwargs):
+                    if len(items) < MAX_ITEMS:
+                        items.append(item)
+                    yield item
+                recording.done(items)
 
-        return gen_wrapper
+        return functools.wraps(func)(generator)
 
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _in_dropped_sample():
-            return func(*args, **kwargs)
-        with call.start() as span:
-            call.inputs(span, args, kwargs)
-            try:
-                result = func(*args, **kwargs)
-            except BaseException as exc:
-                _failed(span, exc)
-                raise
-            call.output(span, result)
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        with _Recording(call, args, kwargs) as recording:
+            result = func(*args, **kwargs)
+            recording.done(result)
             return result
 
-    return wrapper
+    return functools.wraps(func)(plain)
 
 
 @overload
@@ -500,7 +391,8 @@ def traced(
         return _decorate(name, None, kind, record_inputs, record_outputs)
 
     def decorator(func: F) -> F:
-        return _decorate(func, name, kind, record_inputs, record_outputs)  # type: ignore[arg-type]
+        decorated: F = _decorate(func, name, kind, record_inputs, record_outputs)
+        return decorated
 
     return decorator
 

@@ -38,12 +38,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from . import _steps
+from .settings import TrackioConfigError, TrackioSettings, active_settings
 
 _KEPT = Decision.RECORD_AND_SAMPLE
 _DROPPED = SamplingResult(Decision.DROP)
@@ -72,7 +73,8 @@ class StepSampler(Sampler):
             by a seeded random draw.
         samples_per_step: how many unique sample indices one step has in this process, if you
             know it; sets the hash threshold to ``N / samples_per_step``.
-        step_attribute, sample_attribute: attribute names read at span start.
+        step_attribute, sample_attribute: attribute names read at span start (default: those
+            of the process's active settings, see :func:`otel_trackio.settings.active_settings`).
         remembered_steps: decisions are kept for this many recent steps (memory bound).
     """
 
@@ -83,8 +85,8 @@ class StepSampler(Sampler):
         seed: int = 0,
         deterministic: bool = True,
         samples_per_step: int | None = None,
-        step_attribute: str = "step",
-        sample_attribute: str = "sample_index",
+        step_attribute: str | None = None,
+        sample_attribute: str | None = None,
         remembered_steps: int = 64,
     ) -> None:
         if max_samples_per_step < 0:
@@ -95,14 +97,24 @@ class StepSampler(Sampler):
         self.seed = int(seed)
         self.deterministic = deterministic
         self.samples_per_step = samples_per_step
-        self.step_attribute = step_attribute
-        self.sample_attribute = sample_attribute
+        self._step_attribute = step_attribute
+        self._sample_attribute = sample_attribute
         self._remembered = max(1, remembered_steps)
         self._lock = threading.Lock()
         self._steps: OrderedDict[str, _StepState] = OrderedDict()
         self._largest_population = 0
         self._random = random.Random(seed)
         self._salt = str(self.seed).encode()
+
+    @property
+    def step_attribute(self) -> str:
+        """The attribute holding a sample's step."""
+        return self._step_attribute or active_settings().step_attribute
+
+    @property
+    def sample_attribute(self) -> str:
+        """The attribute marking a sample root (its value is the sample index)."""
+        return self._sample_attribute or active_settings().sample_attribute
 
     # -- OTel Sampler -------------------------------------------------------------------------
 
@@ -120,10 +132,12 @@ class StepSampler(Sampler):
         parent = get_current_span(parent_context).get_span_context()
         if parent.is_valid and not parent.trace_flags.sampled:
             return _DROPPED  # inside a dropped sample (or a dropped step): the subtree goes
-        if attributes is not None and self.sample_attribute in attributes:
-            step = attributes.get(self.step_attribute)
-            if not self.keep(step, attributes[self.sample_attribute]):
-                return _DROPPED
+        if attributes:
+            sample_attribute = self.sample_attribute
+            if sample_attribute in attributes:
+                step = attributes.get(self.step_attribute)
+                if not self.keep(step, attributes[sample_attribute]):
+                    return _DROPPED
         return SamplingResult(
             _KEPT, attributes, parent.trace_state if parent.is_valid else trace_state
         )
@@ -196,4 +210,37 @@ def sample_hash(seed: int, step: Any, sample_index: Any) -> float:
     return StepSampler(1, seed=seed)._hash(str(step), str(sample_index))
 
 
-__all__ = ["StepSampler", "sample_hash"]
+def step_sampler(settings: TrackioSettings) -> Sampler:
+    """The ``StepSampler`` ``settings`` ask for (``max_samples_per_step``, ``sampling_seed``,
+    attribute names), or ``DEFAULT_ON`` when they keep every sample. It decides for spans
+    carrying the sample attribute (wherever they sit, also under a step-level span) and lets
+    every other span follow its parent."""
+    if settings.max_samples_per_step is None:
+        return DEFAULT_ON
+    return StepSampler(
+        settings.max_samples_per_step,
+        seed=settings.sampling_seed,
+        deterministic=True,
+        step_attribute=settings.step_attribute,
+        sample_attribute=settings.sample_attribute,
+    )
+
+
+def step_sampler_factory(arg: str | None = None) -> Sampler:
+    """The ``trackio_step`` sampler entry point (``OTEL_TRACES_SAMPLER=trackio_step``).
+
+    The cap comes from ``OTEL_TRACES_SAMPLER_ARG``, else
+    ``OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP``; with neither, every sample is kept.
+    """
+    overrides: dict[str, Any] = {}
+    if arg is not None and str(arg).strip():
+        try:
+            overrides["max_samples_per_step"] = int(str(arg).strip())
+        except ValueError as exc:
+            raise TrackioConfigError(
+                f"OTEL_TRACES_SAMPLER_ARG={arg!r}: the trackio_step sampler needs an integer cap"
+            ) from exc
+    return step_sampler(TrackioSettings.from_env(**overrides))
+
+
+__all__ = ["StepSampler", "sample_hash", "step_sampler", "step_sampler_factory"]

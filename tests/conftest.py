@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 from trackio import context_vars  # noqa: E402
 from trackio.sqlite_storage import SQLiteStorage  # noqa: E402
 
-from otel_trackio import _steps  # noqa: E402
+from otel_trackio import _steps, settings  # noqa: E402
 
 # The fault suite's tally (inputs tried / crashes / samples lost), printed after the run.
 pytest_plugins = ["fault_tally"]
@@ -41,9 +41,11 @@ def _isolate_global_state():
     """No test inherits an active Trackio run or a latest step from another."""
     token = context_vars.current_run.set(None)
     _steps.reset_steps()
+    settings._active = None
     yield
     context_vars.current_run.reset(token)
     _steps.reset_steps()
+    settings._active = None
 
 
 def read_traces(project: str, run: str | None = None) -> list[dict]:

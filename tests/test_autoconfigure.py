@@ -1,4 +1,5 @@
-"""Zero-code setup: ``opentelemetry-instrument`` with ``OTEL_*`` variables only, and ``_env``."""
+"""Zero-code setup: ``opentelemetry-instrument`` with ``OTEL_*`` variables only, and the
+environment reader (``TrackioSettings.from_env``)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,13 @@ from conftest import read_logs, read_traces
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
-from otel_trackio import _env
-from otel_trackio._env import (
-    TrackioConfigError,
+from otel_trackio import TrackioConfigError, autoconfigure, environment_variables
+from otel_trackio.autoconfigure import (
     TrackioEnvMetricExporter,
     TrackioEnvSpanExporter,
-    span_exporter_options_from_env,
-    step_sampler_factory,
+    settings_from_env,
 )
+from otel_trackio.sampling import step_sampler_factory
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
@@ -132,7 +132,7 @@ def env(monkeypatch):
     for name in list(os.environ):
         if name.startswith("OTEL_EXPORTER_TRACKIO_"):
             monkeypatch.delenv(name)
-    _env._reported.clear()
+    autoconfigure._reported.clear()
 
     def set_env(**values: str) -> None:
         for key, value in values.items():
@@ -158,19 +158,20 @@ def test_options_from_env(env):
         TOKEN_DECODER=f"{__name__}:upper_decoder",
         STEP_ATTRIBUTE="global_step",
     )
-    options = span_exporter_options_from_env()
-    assert options == {
-        "project": "p",
-        "name": "r",
-        "server_url": "http://127.0.0.1:1",
-        "resume": "allow",
-        "key": "k/traces",
-        "step_attribute": "global_step",
-        "sample_ttl_seconds": 2.5,
-        "max_buffered_spans": 10,
-        "max_value_chars": 100,
-        "token_decoder": upper_decoder,
-    }
+    settings = settings_from_env()
+    assert settings == settings.__class__(
+        project="p",
+        name="r",
+        server_url="http://127.0.0.1:1",
+        resume="allow",
+        key="k/traces",
+        step_attribute="global_step",
+        sample_ttl_seconds=2.5,
+        max_buffered_spans=10,
+        max_value_chars=100,
+        token_decoder=upper_decoder,
+    )
+    assert settings.init_kwargs == {"server_url": "http://127.0.0.1:1", "resume": "allow"}
 
 
 @pytest.mark.parametrize(
@@ -187,13 +188,13 @@ def test_options_from_env(env):
 def test_bad_values_name_the_variable(env, name, value):
     env(PROJECT="p", **{name: value})
     with pytest.raises(TrackioConfigError, match=f"OTEL_EXPORTER_TRACKIO_{name}"):
-        span_exporter_options_from_env()
+        settings_from_env()
 
 
 @pytest.mark.parametrize("off", ["none", "off", ""])
 def test_token_decoder_off(env, off):
     env(PROJECT="p", TOKEN_DECODER=off)
-    assert "token_decoder" not in span_exporter_options_from_env()
+    assert settings_from_env().token_decoder is None
 
 
 def test_zero_argument_exporters_share_one_run(env, project):
@@ -250,6 +251,9 @@ def test_entry_points_are_registered():
     assert target("opentelemetry_traces_exporter", "trackio").endswith("TrackioEnvSpanExporter")
     assert target("opentelemetry_metrics_exporter", "trackio").endswith("TrackioEnvMetricExporter")
     assert target("opentelemetry_traces_sampler", "trackio_step").endswith("step_sampler_factory")
-    assert target("opentelemetry_environment_variables", "trackio") == "otel_trackio._env"
-    flags = [name for name in dir(_env) if name.startswith("OTEL_")]
+    assert (
+        target("opentelemetry_environment_variables", "trackio")
+        == "otel_trackio.environment_variables"
+    )
+    flags = [name for name in dir(environment_variables) if name.startswith("OTEL_")]
     assert flags and all(name.startswith("OTEL_EXPORTER_TRACKIO_") for name in flags)

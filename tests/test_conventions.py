@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.trace import Tracer
 
-from otel_trackio import TrackioSpanExporter
+from otel_trackio import TrackioSettings, TrackioSpanExporter
 from otel_trackio._records import SpanRecord
-from otel_trackio.conventions import ReadOptions, read_span_facts
+from otel_trackio.conventions import read_span_facts
 
 SAMPLE = {"step": 2, "sample_index": 0}
 
@@ -51,7 +51,7 @@ def generation(trace: dict) -> dict:
 
 def facts_of(attributes: dict[str, Any], events: tuple = (), **options: Any):
     span = SpanRecord(1, 2, "s", 0, 1, attributes=attributes, events=events)
-    return read_span_facts(span, ReadOptions(**options))
+    return read_span_facts(span, TrackioSettings(**options))
 
 
 # -- OTel GenAI JSON attributes: every part type ------------------------------------------------

@@ -246,3 +246,5 @@ def test_full_or_read_only_trackio_folder_returns_failure_and_warns(mode):
     assert failures > 0, out  # the user is told: export() returned FAILURE
     assert "could not write to its storage" in child.stderr
     assert "samples lost" in child.stderr
+    # A write that failed at flush time counts the samples it cost, not only a raising run.log.
+    assert out["lost"] >= failures, out

@@ -8,7 +8,7 @@ import trackio
 from conftest import read_logs, read_traces
 
 from otel_trackio import log_generations
-from otel_trackio.generations import generations_to_traces
+from otel_trackio.validation import generations_to_traces
 
 
 def test_tuples_short_tuples_and_dicts_in_one_log_call(project):

@@ -34,11 +34,11 @@ from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio import TrackioMetricExporter, TrackioSpanExporter, set_step
 from otel_trackio._metric_convert import (
-    DEFAULT_RESERVED_KEYS,
     MetricConverter,
     explicit_distribution,
     exponential_distribution,
 )
+from otel_trackio._trackio import FALLBACK_RESERVED_KEYS
 
 
 def _provider(exporter: TrackioMetricExporter) -> MeterProvider:
@@ -422,7 +422,7 @@ def test_names_colliding_with_trackio_reserved_keys_are_renamed(project):
 
 
 def test_reserved_key_copy_matches_trackio():
-    assert set(trackio.utils.RESERVED_KEYS) <= DEFAULT_RESERVED_KEYS
+    assert set(trackio.utils.RESERVED_KEYS) <= FALLBACK_RESERVED_KEYS
 
 
 def test_export_never_raises_and_counts_failures(project):

@@ -43,9 +43,9 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_trackio import TrackioSpanExporter
+from otel_trackio import TrackioSettings, TrackioSpanExporter
 from otel_trackio._assembly import SampleAssembler
-from otel_trackio._convert import ConvertOptions, sample_to_trace
+from otel_trackio._convert import sample_to_trace
 from otel_trackio._records import EventRecord, SpanRecord
 
 EXAMPLES = int(os.environ.get("OTEL_TRACKIO_FAULT_EXAMPLES", "60"))
@@ -201,7 +201,7 @@ def _split(spans: list[SpanRecord], cuts: list[int]) -> list[list[SpanRecord]]:
 
 
 def _assemble(spans: list[SpanRecord], cuts: list[int], max_spans: int = 100_000) -> list:
-    assembler = SampleAssembler(max_spans=max_spans)
+    assembler = SampleAssembler(TrackioSettings(max_buffered_spans=max_spans))
     samples = []
     for batch in _split(spans, cuts):
         samples.extend(assembler.add(batch))
@@ -222,10 +222,10 @@ def _check_every_span_once(spans: list[SpanRecord], samples: list, area: str) ->
 
 
 def _convert_all(samples: list, area: str) -> None:
-    options = ConvertOptions(max_value_chars=4096)
+    settings = TrackioSettings(max_value_chars=4096)
     for sample in samples:
         try:
-            trace = sample_to_trace(sample, 0, options)
+            trace = sample_to_trace(sample, settings)
         except Exception:
             tally.crashed(area)
             raise

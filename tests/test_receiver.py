@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_trackio.receiver import OTLPReceiver, is_loopback
 from otel_trackio.receiver._decode import RequestError, decompress, parse_request
-from otel_trackio.receiver._pipeline import Summary
+from otel_trackio.receiver._routing import Summary
 from otel_trackio.receiver.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,7 +129,7 @@ def test_four_processes_with_the_official_exporter_give_exactly_one_trace_per_sa
         assert trace["step"] == (meta["sample_index"] % 50) // 10
         assert sorted(s["name"] for s in trace["spans"]) == ["chat toy", "rollout"]
         assert meta["service_name"] == f"worker-{meta['sample_index'] // 50}"
-    assert receiver.pipeline.totals()["spans"] == 400
+    assert receiver.router.totals()["spans"] == 400
 
 
 def test_metrics_from_the_official_metric_exporter_land_as_scalars(project, start_receiver):
@@ -319,7 +319,7 @@ def test_bad_requests_get_their_status_and_nothing_else_in_flight_is_lost(projec
     traces = read_traces(project, "r")
     assert sorted(t["metadata"]["sample_index"] for t in traces) == list(range(60))
     assert not any(t["metadata"].get("partial") for t in traces)
-    assert receiver.pipeline.totals()["rejected"] == len(cases)
+    assert receiver.router.totals()["rejected"] == len(cases)
 
 
 def test_decompression_is_capped_while_streaming():
@@ -453,7 +453,7 @@ def test_resource_attributes_route_to_their_own_project(project, start_receiver)
 def test_summary_line_only_while_data_flows(project, start_receiver):
     receiver = start_receiver()
     now = [100.0]
-    summary = Summary(receiver.pipeline, clock=lambda: now[0])
+    summary = Summary(receiver.router, clock=lambda: now[0])
     now[0] += 2
     assert summary.line() is None
     spans = _spans(2)

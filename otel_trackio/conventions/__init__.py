@@ -25,23 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._records import SpanRecord
+from .._values import as_float, as_int, as_text
+from ..settings import TrackioSettings
 from . import openinference, openllmetry, otel_genai, tokens
-from ._common import as_float, as_int, as_text, normalize_message, normalize_messages, parse_json
-from .tokens import DEFAULT_TOKEN_ID_ATTRIBUTES, TokenDecoder
+from ._common import Messages, normalize_message, normalize_messages, parse_json
 
-__all__ = [
-    "DEFAULT_TOKEN_ID_ATTRIBUTES",
-    "ReadOptions",
-    "SpanFacts",
-    "TokenDecoder",
-    "parse_json",
-    "read_span_facts",
-]
+__all__ = ["SpanFacts", "parse_json", "read_span_facts"]
+
+_DEFAULT_SETTINGS = TrackioSettings()
 
 GENERATION_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
 TOOL_OPERATIONS = frozenset({"execute_tool"})
-
-Messages = list[dict[str, Any]]
 
 
 @dataclass(slots=True)
@@ -68,19 +62,12 @@ class SpanFacts:
     extra_metadata: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class ReadOptions:
-    """Token decoding: the decoder (None: ids stay as they are) and which attributes hold ids."""
+def read_span_facts(span: SpanRecord, settings: TrackioSettings | None = None) -> SpanFacts:
+    """Collect kind, model, usage, cost, input/output and chat messages from one span.
 
-    token_decoder: TokenDecoder | None = None
-    token_id_attributes: Mapping[str, str] = field(
-        default_factory=lambda: dict(DEFAULT_TOKEN_ID_ATTRIBUTES)
-    )
-
-
-def read_span_facts(span: SpanRecord, options: ReadOptions | None = None) -> SpanFacts:
-    """Collect kind, model, usage, cost, input/output and chat messages from one span."""
-    options = options or ReadOptions()
+    ``settings`` gives the token decoder and the token id attributes.
+    """
+    settings = settings or _DEFAULT_SETTINGS
     attrs = span.attributes
     facts = SpanFacts()
     facts.model = _first_text(
@@ -95,8 +82,8 @@ def read_span_facts(span: SpanRecord, options: ReadOptions | None = None) -> Spa
     found_messages = _read_messages(span, facts)
     has_ids, token_in, token_out = tokens.read(
         attrs,
-        options.token_decoder,
-        options.token_id_attributes,
+        settings.token_decoder,
+        settings.token_id_attributes,
         facts.consumed,
         facts.extra_metadata,
     )
@@ -205,22 +192,19 @@ _FLAT_PREFIXES = (
 def _read_messages(span: SpanRecord, facts: SpanFacts) -> bool:
     """Fill system/input/output messages by precedence; True when any form was found."""
     attrs = span.attributes
-    sources = [
-        otel_genai.read_attributes(attrs, facts.consumed),
-        otel_genai.read_events(span.events, facts.consumed_events)
-        if span.events
-        else ([], None, None),
-    ]
+    sources = [otel_genai.read_attributes(attrs, facts.consumed)]
+    if span.events:
+        sources.append(otel_genai.read_events(span.events, facts.consumed_events))
     if any(key.startswith(_FLAT_PREFIXES) for key in attrs):  # one cheap pass for both readers
-        sources.append((None, *openinference.read(attrs, facts.consumed)))
-        sources.append((None, *openllmetry.read(attrs, facts.consumed)))
-    for system, inputs, outputs in sources:
-        if system and not facts.system_messages:
-            facts.system_messages = system
-        if inputs is not None and facts.input_messages is None:
-            facts.input_messages = inputs
-        if outputs is not None and facts.output_messages is None:
-            facts.output_messages = outputs
+        sources.append(openinference.read(attrs, facts.consumed))
+        sources.append(openllmetry.read(attrs, facts.consumed))
+    for found in sources:
+        if found.system and not facts.system_messages:
+            facts.system_messages = found.system
+        if found.inputs is not None and facts.input_messages is None:
+            facts.input_messages = found.inputs
+        if found.outputs is not None and facts.output_messages is None:
+            facts.output_messages = found.outputs
     return bool(
         facts.system_messages
         or facts.input_messages is not None

@@ -8,18 +8,33 @@ finish_reason?}`` with ``content`` a string, or a list of parts when it holds mo
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
 
 import orjson
+
+from .._values import as_text
+
+Messages = list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageForms:
+    """What one convention found on a span: system messages, input messages, output messages
+    (``None`` where that convention carried nothing)."""
+
+    system: Messages = field(default_factory=list)
+    inputs: Messages | None = None
+    outputs: Messages | None = None
+
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 # message keys read on every message; anything else sends it through the slower optional reads.
 _PLAIN_KEYS = frozenset({"role", "parts", "content", "tool_calls", "tool_call_id", "id"})
 
 
-def is_map(value: Any) -> bool:
+def is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
     """``isinstance(value, Mapping)``, fast for the plain dicts JSON gives."""
     return type(value) is dict or isinstance(value, Mapping)
 
@@ -42,47 +57,6 @@ def parse_json(value: Any) -> Any:
             except (ValueError, RecursionError):
                 return value
     return value
-
-
-def as_text(value: Any) -> str:
-    """Strings as they are, ``None`` as empty, anything else as compact JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def as_int(value: Any) -> int | None:
-    """An int from an attribute value (ints, finite floats, strings of ints); else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and abs(value) < 1e18:
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def as_float(value: Any) -> float | None:
-    """A finite float from an attribute value; else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            return None
-    else:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def arguments_text(arguments: Any) -> str:
@@ -138,8 +112,9 @@ def _part_text(part: Any) -> str | None:
         return part
     if is_map(part) and part.get("type", "text") in TEXT_PART_TYPES:
         for key in ("content", "text"):
-            if isinstance(part.get(key), str):
-                return part[key]
+            text = part.get(key)
+            if isinstance(text, str):
+                return text
     return None
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._common import as_text, normalize_message, unflatten
-
-Messages = list[dict[str, Any]]
+from .._values import as_text
+from ._common import MessageForms, normalize_message, unflatten
 
 SPAN_KINDS = {"LLM": "generation", "TOOL": "tool"}
 
@@ -26,13 +25,13 @@ def kind(attrs: Mapping[str, Any]) -> str | None:
     return SPAN_KINDS.get(value.upper(), "span")
 
 
-def read(attrs: Mapping[str, Any], consumed: set[str]) -> tuple[Messages | None, Messages | None]:
-    """(input, output) messages from ``llm.input_messages`` / ``llm.output_messages``."""
+def read(attrs: Mapping[str, Any], consumed: set[str]) -> MessageForms:
+    """Input and output messages from ``llm.input_messages`` / ``llm.output_messages``."""
     inputs = unflatten(attrs, "llm.input_messages.", consumed)
     outputs = unflatten(attrs, "llm.output_messages.", consumed)
-    return (
-        [_message(m, "user") for m in inputs] if inputs else None,
-        [_message(m, "assistant") for m in outputs] if outputs else None,
+    return MessageForms(
+        inputs=[_message(m, "user") for m in inputs] if inputs else None,
+        outputs=[_message(m, "assistant") for m in outputs] if outputs else None,
     )
 
 
@@ -78,7 +77,9 @@ def _tool_call(entry: Any) -> dict[str, Any]:
     call = entry.get("tool_call") if isinstance(entry, Mapping) else None
     if not isinstance(call, Mapping):
         return {"id": "", "name": as_text(entry), "arguments": "{}"}
-    function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        function = {}
     return {
         "id": call.get("id"),
         "name": function.get("name"),

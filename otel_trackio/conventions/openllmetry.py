@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._common import normalize_message, unflatten
-
-Messages = list[dict[str, Any]]
+from ._common import MessageForms, normalize_message, unflatten
 
 REQUEST_KINDS = {"chat": "generation", "completion": "generation"}
 SPAN_KINDS = {"tool": "tool", "workflow": "span", "task": "span", "agent": "span"}
@@ -30,15 +28,15 @@ def kind(attrs: Mapping[str, Any]) -> str | None:
     return None
 
 
-def read(attrs: Mapping[str, Any], consumed: set[str]) -> tuple[Messages | None, Messages | None]:
-    """(input, output) messages from the flattened attributes; None where absent."""
+def read(attrs: Mapping[str, Any], consumed: set[str]) -> MessageForms:
+    """Input and output messages from the flattened attributes; None where absent."""
     prompts = unflatten(attrs, "gen_ai.prompt.", consumed)
     completions = unflatten(attrs, "gen_ai.completion.", consumed)
     inputs = [normalize_message(_message(p), "user") for p in prompts] if prompts else None
     outputs = (
         [normalize_message(_message(c), "assistant") for c in completions] if completions else None
     )
-    return inputs, outputs
+    return MessageForms(inputs=inputs, outputs=outputs)
 
 
 def _message(flat: dict[str, Any]) -> dict[str, Any]:

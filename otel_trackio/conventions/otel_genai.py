@@ -13,9 +13,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._records import EventRecord
-from ._common import normalize_message, normalize_messages, parse_json, parts_to_content
-
-Messages = list[dict[str, Any]]
+from ._common import (
+    MessageForms,
+    Messages,
+    normalize_message,
+    normalize_messages,
+    parse_json,
+    parts_to_content,
+)
 
 SYSTEM_KEY = "gen_ai.system_instructions"
 INPUT_KEY = "gen_ai.input.messages"
@@ -42,10 +47,8 @@ def system_messages(value: Any) -> Messages:
     return [{"role": "system", "content": parts_to_content(parts)}]
 
 
-def read_attributes(
-    attrs: Mapping[str, Any], consumed: set[str]
-) -> tuple[Messages, Messages | None, Messages | None]:
-    """(system, input, output) messages from the JSON attributes; None where absent."""
+def read_attributes(attrs: Mapping[str, Any], consumed: set[str]) -> MessageForms:
+    """System, input and output messages from the JSON attributes; None where absent."""
     system: Messages = []
     if attrs.get(SYSTEM_KEY) is not None:
         consumed.add(SYSTEM_KEY)
@@ -57,27 +60,25 @@ def read_attributes(
     if attrs.get(OUTPUT_KEY) is not None:
         consumed.add(OUTPUT_KEY)
         outputs = normalize_messages(attrs[OUTPUT_KEY], "assistant")
-    return system, inputs, outputs
+    return MessageForms(system, inputs, outputs)
 
 
-def read_events(
-    events: Sequence[EventRecord], consumed_events: set[int]
-) -> tuple[Messages, Messages | None, Messages | None]:
-    """(system, input, output) messages from the event forms; the events used are marked."""
+def read_events(events: Sequence[EventRecord], consumed_events: set[int]) -> MessageForms:
+    """System, input and output messages from the event forms; the events used are marked."""
     system: Messages = []
     inputs: Messages | None = None
     outputs: Messages | None = None
     for index, event in enumerate(events):
         if event.name != DETAILS_EVENT:
             continue
-        s, i, o = read_attributes(event.attributes, set())
-        if s or i is not None or o is not None:
+        found = read_attributes(event.attributes, set())
+        if found.system or found.inputs is not None or found.outputs is not None:
             consumed_events.add(index)
-            system = system or s
-            inputs = inputs if inputs is not None else i
-            outputs = outputs if outputs is not None else o
+            system = system or found.system
+            inputs = inputs if inputs is not None else found.inputs
+            outputs = outputs if outputs is not None else found.outputs
     if inputs is not None or outputs is not None:
-        return system, inputs, outputs
+        return MessageForms(system, inputs, outputs)
     per_message: Messages = []
     choices: Messages = []
     for index, event in enumerate(events):
@@ -101,7 +102,7 @@ def read_events(
         inputs = [m for m in per_message if m["role"] != "system"]
     if choices:
         outputs = choices
-    return system, inputs, outputs
+    return MessageForms(system, inputs, outputs)
 
 
 def _choice(attrs: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,17 +7,10 @@ text on its own thread (conversion runs in ``export()``), never on the rollout t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-TokenDecoder = Callable[[Sequence[int]], str]
-
-#: attribute name → the side of the span it fills (``"input"`` or ``"output"``).
-DEFAULT_TOKEN_ID_ATTRIBUTES: Mapping[str, str] = {
-    "prompt_ids": "input",
-    "response_ids": "output",
-    "token_ids": "output",
-}
+from ..settings import TokenDecoder
 
 
 def token_ids(value: Any) -> list[int] | None:

@@ -18,10 +18,10 @@ from typing import Any
 _EXPORTS = {
     "DEFAULT_MAX_BODY_BYTES": ".app",
     "OTLPReceiver": ".server",
-    "Outcome": "._pipeline",
-    "Pipeline": "._pipeline",
-    "ReceiverStats": "._pipeline",
-    "ReceiverUnavailable": "._pipeline",
+    "Outcome": "._routing",
+    "Router": "._routing",
+    "ReceiverStats": "._routing",
+    "ReceiverUnavailable": "._routing",
     "create_app": ".app",
     "is_loopback": ".server",
 }

@@ -147,7 +147,7 @@ def _inflate(data: bytes, wbits: int, limit: int, name: str) -> bytes:
 
 def parse_request(body: bytes, encoding: Encoding, message_type: type[M]) -> M:
     """Parse an OTLP request message from protobuf bytes or OTLP JSON; 400 when malformed."""
-    message = message_type()
+    message: M = message_type()
     if encoding == "protobuf":
         try:
             message.ParseFromString(body)
@@ -190,8 +190,8 @@ def _hex_ids_to_base64(node: Any) -> None:
 def encode_message(message: Message, encoding: Encoding) -> bytes:
     """A response message in the request's encoding (OTLP JSON for ``"json"``)."""
     if encoding == "protobuf":
-        return message.SerializeToString()
-    return json_format.MessageToJson(message, indent=None).encode("utf-8")
+        return bytes(message.SerializeToString())
+    return str(json_format.MessageToJson(message, indent=None)).encode("utf-8")
 
 
 def status_body(status: int, message: str, encoding: Encoding) -> bytes:

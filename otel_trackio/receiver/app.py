@@ -33,7 +33,7 @@ from ._decode import (
     status_body,
     trace_response,
 )
-from ._pipeline import Outcome, Pipeline, ReceiverUnavailable
+from ._routing import Outcome, ReceiverUnavailable, Router
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
@@ -45,20 +45,20 @@ _MEDIA_TYPES: dict[Encoding, str] = {
 
 
 def create_app(
-    pipeline: Pipeline,
+    router: Router,
     *,
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     on_shutdown: Callable[[], None] | None = None,
 ) -> Starlette:
-    """An OTLP/HTTP receiver app feeding ``pipeline``.
+    """An OTLP/HTTP receiver app feeding ``router``.
 
     Args:
-        pipeline: where decoded spans and metrics go.
+        router: where decoded spans and metrics go.
         token: when set, requests need ``Authorization: Bearer <token>`` (else 401).
         max_body_bytes: limit for the body and, separately, for the decompressed body (413).
         on_shutdown: called (in a worker thread) when the ASGI server stops the app; by default
-            ``pipeline.shutdown`` (open samples logged as partial, runs finished).
+            ``router.shutdown`` (open samples logged as partial, runs finished).
     """
     expected = f"Bearer {token}".encode() if token else None
 
@@ -81,7 +81,7 @@ def create_app(
             content_encoding = request.headers.get("content-encoding")
             message = await run_in_threadpool(process, body, content_encoding, encoding)
         except RequestError as exc:
-            pipeline.count_refused()
+            router.count_refused()
             return _error(exc.status, exc.message, encoding)
         except ReceiverUnavailable as exc:
             return _error(503, str(exc), encoding, {"Retry-After": "5"})
@@ -95,7 +95,7 @@ def create_app(
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         data = decompress(body, content_encoding, max_body_bytes)
         request = parse_request(data, encoding, trace_service_pb2.ExportTraceServiceRequest)
-        outcome: Outcome = pipeline.export_spans(decode_traces(request))
+        outcome: Outcome = router.export_spans(decode_traces(request))
         return trace_response(outcome.rejected, outcome.message)
 
     def process_metrics(
@@ -103,7 +103,7 @@ def create_app(
     ) -> metrics_service_pb2.ExportMetricsServiceResponse:
         data = decompress(body, content_encoding, max_body_bytes)
         request = parse_request(data, encoding, metrics_service_pb2.ExportMetricsServiceRequest)
-        outcome = pipeline.export_metrics(decode_metrics(request))
+        outcome = router.export_metrics(decode_metrics(request))
         return metrics_response(outcome.rejected, outcome.message)
 
     async def traces(request: Request) -> Response:
@@ -117,7 +117,7 @@ def create_app(
         try:
             yield
         finally:
-            await run_in_threadpool(on_shutdown or pipeline.shutdown)
+            await run_in_threadpool(on_shutdown or router.shutdown)
 
     return Starlette(
         routes=[

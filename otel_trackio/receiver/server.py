@@ -1,4 +1,4 @@
-"""``OTLPReceiver``: the pipeline, the app and a uvicorn server, in the foreground or a thread."""
+"""``OTLPReceiver``: the router, the app and a uvicorn server, in the foreground or a thread."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import uvicorn
 
-from ._pipeline import Pipeline, Summary
+from ._routing import Router, Summary
 from .app import DEFAULT_MAX_BODY_BYTES, create_app
 
 _logger = logging.getLogger("otel_trackio.receiver")
@@ -88,12 +88,12 @@ class OTLPReceiver:
         self._socket = _bind(host, port)
         self.port: int = self._socket.getsockname()[1]
         try:
-            self.pipeline = Pipeline(project, name, max_routes=max_routes, **trackio_init_kwargs)
+            self.router = Router(project, name, max_routes=max_routes, **trackio_init_kwargs)
         except BaseException:
             self._socket.close()
             raise
         self.app = create_app(
-            self.pipeline, token=token, max_body_bytes=max_body_bytes, on_shutdown=self._finish
+            self.router, token=token, max_body_bytes=max_body_bytes, on_shutdown=self._finish
         )
         config = uvicorn.Config(
             self.app,
@@ -121,7 +121,7 @@ class OTLPReceiver:
     @property
     def run_name(self) -> str:
         """The server's own Trackio run name."""
-        return self.pipeline.run_name
+        return self.router.run_name
 
     def start(self, timeout: float = 30.0) -> OTLPReceiver:
         """Serve on a daemon thread; return once it accepts connections."""
@@ -157,8 +157,8 @@ class OTLPReceiver:
         if main:
             # uvicorn re-raises the signal it caught once it is done; by then the runs are
             # finished, so let that re-raise be a no-op and return normally.
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, lambda *_: None)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, lambda *_: None)
         self._on_started_when_ready()
         try:
             asyncio.run(self._server.serve(sockets=[self._socket]))
@@ -211,10 +211,10 @@ class OTLPReceiver:
             self._summary_thread.start()
 
     def _summarize(self) -> None:
-        summary = Summary(self.pipeline)
+        summary = Summary(self.router)
         while not self._stop_summary.wait(self.summary_interval):
             try:
-                self.pipeline.expire_idle()
+                self.router.expire_idle()
                 line = summary.line()
             except Exception as exc:  # noqa: BLE001 - a summary must never stop the server
                 _logger.debug("otel-trackio: summary failed: %r", exc)
@@ -229,8 +229,8 @@ class OTLPReceiver:
                 return
             self._finished = True
         self._stop_summary.set()
-        self.pipeline.shutdown()
-        totals = self.pipeline.totals()
+        self.router.shutdown()
+        totals = self.router.totals()
         self._report(
             f"otel-trackio serve: stopped; {totals['spans']} spans, {totals['samples']} samples "
             f"logged ({totals['partial']} partial), {totals['metrics']} metrics logged, "

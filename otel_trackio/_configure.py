@@ -10,10 +10,10 @@ and run return the existing handle, a different one replaces it.
 from __future__ import annotations
 
 import atexit
-import inspect
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -34,19 +34,13 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from ._env import make_step_sampler
-from ._sink import TrackioSink
-from .exporter import TrackioSpanExporter
-from .metrics import DEFAULT_TEMPORALITY, TrackioMetricExporter
+from ._trackio import RunLike, TrackioSink
+from .metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
+from .sampling import step_sampler
+from .settings import TrackioSettings, activate, settings_for
+from .span_exporter import TrackioSpanExporter
 
 _logger = logging.getLogger("otel_trackio")
-
-_SPAN_OPTIONS = frozenset(
-    name
-    for name, p in inspect.signature(TrackioSpanExporter.__init__).parameters.items()
-    if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "run"
-)
-_METRIC_ONLY_OPTIONS = frozenset({"log_distributions"})
 
 
 class _SwitchableSampler(Sampler):
@@ -202,21 +196,28 @@ class TrackioTelemetry:
         span_exporter: TrackioSpanExporter,
         span_processor: BatchSpanProcessor,
         metric_exporter: TrackioMetricExporter | None,
-        settings: dict[str, Any],
+        sampler: Sampler | None,
+        request: _Request,
     ) -> None:
         self._installed = installed
         self._sink = sink
         self._span_processor = span_processor
-        self._settings = settings
+        self._sampler = sampler
+        self._request = request
         self._lock = threading.Lock()
         self._closed = False
         self.span_exporter = span_exporter
         self.metric_exporter = metric_exporter
 
     @property
-    def run(self) -> Any:
+    def run(self) -> RunLike:
         """The ``trackio.Run`` spans and metrics go to (log your own metrics to it too)."""
         return self._sink.run
+
+    @property
+    def settings(self) -> TrackioSettings:
+        """The settings this configuration runs with."""
+        return self._request.settings
 
     @property
     def tracer_provider(self) -> TracerProvider:
@@ -262,14 +263,14 @@ class TrackioTelemetry:
             # Spans first: the metric exporter places step-less points at the latest span step.
             if installed.span_switch.target is self._span_processor:
                 installed.span_switch.target = None
-            self._span_processor.shutdown()  # drains the queue, then the exporter's shutdown
+            self._span_processor.shutdown()  # type: ignore[no-untyped-call]  # drains, then shuts down
             if self.metric_exporter is not None:
                 if installed.reader is not None and installed.metric_switch.target is not None:
                     installed.reader.force_flush(timeout_millis)
                 if installed.metric_switch.target is self.metric_exporter:
                     installed.metric_switch.target = None
                 self.metric_exporter.shutdown(timeout_millis=timeout_millis)
-            if installed.sampler.target is self._settings.get("sampler"):
+            if self._sampler is not None and installed.sampler.target is self._sampler:
                 installed.sampler.target = DEFAULT_ON
         finally:
             self._sink.release()  # finishes the run only when configure() started it
@@ -285,13 +286,30 @@ class TrackioTelemetry:
         self.shutdown()
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What a ``configure()`` call asked for (a later identical call returns the same handle)."""
+
+    settings: TrackioSettings
+    run: RunLike | None
+    metrics: bool
+
+    def same_target(self, other: _Request) -> bool:
+        if self.run is not None or other.run is not None:
+            return self.run is other.run
+        return (self.settings.project, self.settings.name) == (
+            other.settings.project,
+            other.settings.name,
+        )
+
+
 def configure(
     project: str | None = None,
     name: str | None = None,
     *,
+    run: RunLike | None = None,
+    settings: TrackioSettings | None = None,
     metrics: bool = True,
-    max_samples_per_step: int | None = None,
-    sampling_seed: int = 0,
     metric_export_interval_millis: float = 10_000,
     resource: Resource | None = None,
     **options: Any,
@@ -305,33 +323,27 @@ def configure(
 
     Args:
         project, name: the Trackio project and run.
+        run: a ``trackio.Run`` to log into (never finished by otel-trackio).
+        settings: a :class:`TrackioSettings`; ``options`` are applied over it.
         metrics: also export OTel metrics to the run.
-        max_samples_per_step: keep at most this many samples per step in this process.
-        sampling_seed: the seed of that choice (the same in every worker makes them agree).
         metric_export_interval_millis: how often metrics are exported (first call decides).
         resource: the OTel resource of the providers (first call decides).
-        **options: :class:`TrackioSpanExporter` options (``key``, ``step_attribute``,
-            ``token_decoder`` ...), ``log_distributions`` for metrics, ``run=``, and anything
-            else for ``trackio.init`` (``server_url``, ``config``, ``resume`` ...).
+        **options: any setting by name (``key``, ``step_attribute``, ``token_decoder``,
+            ``max_samples_per_step``, ``sampling_seed``, ``log_distributions`` ...); anything
+            else goes to ``trackio.init`` (``server_url``, ``config``, ``resume`` ...).
 
     Calling it again with the same project and run returns the active handle (other arguments
     are then ignored, with a warning); a different project or run shuts the old handle down
     first. Spans are never exported twice.
     """
     global _installed, _active
+    chosen = settings_for(project, name, settings, options)
+    request = _Request(chosen, run, metrics)
     with _lock:
         previous = _active
         if previous is not None and not previous.closed:
-            wanted = {
-                "project": project,
-                "name": name,
-                "metrics": metrics,
-                "max_samples_per_step": max_samples_per_step,
-                "sampling_seed": sampling_seed,
-                **options,
-            }
-            if _same_target(previous, project, name, options.get("run")):
-                if any(previous._settings["args"].get(k) != v for k, v in wanted.items()):
+            if previous._request.same_target(request):
+                if previous._request != request:
                     _logger.warning(
                         "otel-trackio: configure() already active for this run; new arguments "
                         "ignored (call .shutdown() on the handle first to change them)"
@@ -342,45 +354,23 @@ def configure(
             )
             previous.shutdown()
 
-        run = options.pop("run", None)
-        metric_options = {k: options.pop(k) for k in list(options) if k in _METRIC_ONLY_OPTIONS}
-        span_options = {k: options.pop(k) for k in list(options) if k in _SPAN_OPTIONS}
-        if "step_attribute" in span_options:
-            metric_options["step_attribute"] = span_options["step_attribute"]
-        args = {
-            "project": project,
-            "name": name,
-            "metrics": metrics,
-            "max_samples_per_step": max_samples_per_step,
-            "sampling_seed": sampling_seed,
-            "run": run,
-            **span_options,
-            **metric_options,
-            **options,
-        }
-
-        sink = TrackioSink(project, name, run=run, **options)  # the remaining options: init
+        sink = TrackioSink(chosen.project, chosen.name, run=run, init_kwargs=chosen.init_kwargs)
         try:
             if _installed is None:
                 _installed = _Installed(resource, metric_export_interval_millis)
             installed = _installed
-            span_exporter = TrackioSpanExporter(run=sink.run, **span_options)
+            span_exporter = TrackioSpanExporter(run=sink.run, settings=chosen)
             # A deep queue: a burst of spans faster than Trackio writes waits instead of being
             # dropped by the SDK (64k spans is a few tens of MB at most).
             processor = BatchSpanProcessor(span_exporter, max_queue_size=_SPAN_QUEUE_SIZE)
             metric_exporter = (
-                TrackioMetricExporter(run=sink.run, **metric_options)
+                TrackioMetricExporter(run=sink.run, settings=chosen)
                 if metrics and installed.reader is not None
                 else None
             )
             sampler: Sampler | None = None
-            if max_samples_per_step is not None:
-                sampler = make_step_sampler(
-                    max_samples_per_step,
-                    sampling_seed,
-                    step_attribute=span_exporter._options.step_attribute,
-                    sample_attribute=span_exporter._options.sample_attribute,
-                )
+            if chosen.max_samples_per_step is not None:
+                sampler = step_sampler(chosen)
                 if installed.sampler_applies:
                     installed.sampler.target = sampler
                 else:
@@ -391,28 +381,17 @@ def configure(
         except BaseException:
             sink.release()
             raise
+        activate(chosen)
         installed.span_switch.target = processor
         installed.metric_switch.target = metric_exporter
         handle = TrackioTelemetry(
-            installed,
-            sink,
-            span_exporter,
-            processor,
-            metric_exporter,
-            {"args": args, "sampler": sampler},
+            installed, sink, span_exporter, processor, metric_exporter, sampler, request
         )
         _active = handle
         # Registered after trackio.init()'s own exit hook, so it runs first: everything is
         # logged before Trackio finishes the run at exit.
         atexit.register(handle.shutdown)
         return handle
-
-
-def _same_target(handle: TrackioTelemetry, project: str | None, name: str | None, run: Any) -> bool:
-    args = handle._settings["args"]
-    if run is not None or args.get("run") is not None:
-        return run is args.get("run")
-    return args.get("project") == project and args.get("name") == name
 
 
 def active_telemetry() -> TrackioTelemetry | None:

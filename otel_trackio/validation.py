@@ -12,9 +12,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._convert import DEFAULT_MAX_VALUE_CHARS, _limit, storable
-from ._sink import TrackioSink
-from .instrument import json_safe
+from ._trackio import RunLike, TrackioSink
+from ._values import json_safe, limit, storable
+from .settings import TrackioSettings
+
+DEFAULT_MAX_VALUE_CHARS: int = TrackioSettings().max_value_chars
 
 __all__ = ["generations_to_traces", "log_generations"]
 
@@ -86,8 +88,8 @@ def generations_to_traces(
         traces.append(
             storable(
                 {
-                    "messages": _limit(messages, max_value_chars),
-                    "metadata": _limit(metadata, max_value_chars),
+                    "messages": limit(messages, max_value_chars),
+                    "metadata": limit(metadata, max_value_chars),
                     "spans": [],
                 }
             )
@@ -100,7 +102,7 @@ def log_generations(
     step: int,
     *,
     key: str = "val/generations",
-    run: Any = None,
+    run: RunLike | None = None,
 ) -> int:
     """Log validation generations as Traces at ``step``, in one Trackio log call.
 

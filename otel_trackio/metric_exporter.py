@@ -1,8 +1,8 @@
 """``TrackioMetricExporter``: OTel metrics in, Trackio scalar plots at the rollout's steps out.
 
 The data path: ``export(MetricsData)`` → :class:`MetricConverter` (``{step: {series: value}}``)
-→ one ``run.log(values, step=s)`` per step, on the run held by :class:`TrackioSink` (shared with a
-span exporter for the same project and name).
+→ one ``run.log(values, step=s)`` per step, on the run held by :class:`._trackio.TrackioSink`
+(shared with a span exporter for the same project and name).
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.metrics.view import Aggregation
 
-from . import _steps
+from . import _steps, _trackio
 from ._metric_convert import Distribution, MetricConverter
-from ._sink import TrackioSink
+from ._trackio import RunLike, TrackioSink
+from .settings import TrackioSettings, settings_for
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -87,11 +88,12 @@ class TrackioMetricExporter(MetricExporter):
     Args:
         project, name: the Trackio project and run, when no run is given or active.
         run: a ``trackio.Run`` to log into (never finished by the exporter).
-        step_attribute: the point attribute holding the step.
-        log_distributions: also log histogram buckets as a ``trackio.Histogram``.
+        settings: a :class:`~otel_trackio.TrackioSettings` (``step_attribute``,
+            ``log_distributions``, the run's ``trackio.init`` options).
         preferred_temporality, preferred_aggregation: the standard OTel exporter preferences,
             merged over the defaults (counters cumulative, histograms delta).
-        **trackio_init_kwargs: passed to ``trackio.init``.
+        **options: any setting by name, applied over ``settings``; any other keyword goes to
+            ``trackio.init``.
     """
 
     def __init__(
@@ -99,23 +101,26 @@ class TrackioMetricExporter(MetricExporter):
         project: str | None = None,
         name: str | None = None,
         *,
-        run: Any = None,
-        step_attribute: str = "step",
-        log_distributions: bool = False,
+        run: RunLike | None = None,
+        settings: TrackioSettings | None = None,
         preferred_temporality: dict[type, AggregationTemporality] | None = None,
         preferred_aggregation: dict[type, Aggregation] | None = None,
-        **trackio_init_kwargs: Any,
+        **options: Any,
     ) -> None:
         temporality = dict(DEFAULT_TEMPORALITY)
         temporality.update(preferred_temporality or {})
         super().__init__(
             preferred_temporality=temporality, preferred_aggregation=preferred_aggregation
         )
-        self._sink = TrackioSink(project, name, run=run, **trackio_init_kwargs)
+        settings = settings_for(project, name, settings, options)
+        self.settings = settings
+        self._sink = TrackioSink(
+            settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
+        )
         self._converter = MetricConverter(
-            step_attribute=step_attribute,
-            distributions=log_distributions,
-            reserved_keys=self._sink.reserved_keys(),
+            step_attribute=settings.step_attribute,
+            distributions=settings.log_distributions,
+            reserved_keys=_trackio.reserved_keys(),
         )
         self._lock = threading.Lock()
         self._shutdown = False
@@ -123,11 +128,13 @@ class TrackioMetricExporter(MetricExporter):
         # logs to the run and step-less metrics attach to that step instead of advancing it.
         self._clock_after_us: int | None = None
         self._others_log = False
+        # Our own step clock, for a Trackio that does not expose the run's.
+        self._own_next_step = 0
         self._last_warning: dict[str, float] = {}
         self.stats = MetricExportStats()
 
     @property
-    def run(self) -> Any:
+    def run(self) -> RunLike:
         """The ``trackio.Run`` this exporter logs into."""
         return self._sink.run
 
@@ -225,6 +232,7 @@ class TrackioMetricExporter(MetricExporter):
             stats.values_logged += len(values)
             stats.points_logged += conversion.points_by_step.get(step, 0)
         if logged_any:
+            self._own_next_step = max(self._own_next_step, max(conversion.by_step) + 1)
             self._clock_after_us = self._sink.next_step()
             # Durable now, and a full disk or read-only folder is reported, not only warned.
             if not self._sink.flush():
@@ -241,7 +249,7 @@ class TrackioMetricExporter(MetricExporter):
         if not isinstance(value, Distribution):
             return value
         try:
-            return self._sink.histogram(value.counts, value.edges)
+            return _trackio.histogram(value.counts, value.edges)
         except Exception as exc:  # noqa: BLE001 - a bad distribution must not cost the scalars
             self._warn("distribution", f"could not build the distribution {key!r}: {exc!r}")
             return None
@@ -251,6 +259,8 @@ class TrackioMetricExporter(MetricExporter):
         if known is not None:
             return known
         clock = self._sink.next_step()
+        if clock is None:
+            return self._own_next_step  # Trackio does not say: advance our own clock
         if self._clock_after_us is None:
             foreign = clock > 0  # the run already has steps we did not log
         else:

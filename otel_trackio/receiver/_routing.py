@@ -1,7 +1,7 @@
-"""Routing decoded OTLP data into the same exporters the in-process SDK path uses.
+"""Routing decoded OTLP data into the same pipeline the in-process exporters use.
 
-One :class:`TrackioSpanExporter` + :class:`TrackioMetricExporter` pair per (project, run), created
-lazily; both share one Trackio run through :class:`TrackioSink`. Everything here blocks (Trackio
+One span :class:`~otel_trackio._pipeline.TracePipeline` + :class:`TrackioMetricExporter` pair per
+(project, run), created lazily; both share one Trackio run. Everything here blocks (Trackio
 calls), so the HTTP layer calls it from worker threads, never on the event loop.
 """
 
@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExportResult
-from opentelemetry.sdk.trace.export import SpanExportResult
 
-from ..exporter import TrackioSpanExporter
-from ..metrics import TrackioMetricExporter
+from .._open_samples import OpenSampleRegistry
+from .._pipeline import TracePipeline
+from .._trackio import TrackioSink
+from ..metric_exporter import TrackioMetricExporter
+from ..settings import TrackioSettings, split_options
 from ._decode import DecodedMetrics, DecodedSpans, Route
 
 _logger = logging.getLogger("otel_trackio.receiver")
@@ -54,15 +56,17 @@ class ReceiverStats:
     rejected_requests: int = 0
 
 
-class _Pair:
-    """The span and metric exporters of one (project, run)."""
+class _Destination:
+    """Where one (project, run) goes: its span pipeline and its metric exporter."""
 
-    def __init__(self, project: str, name: str | None, init_kwargs: dict[str, Any]) -> None:
-        self.spans = TrackioSpanExporter(project, name, **init_kwargs)
+    def __init__(self, settings: TrackioSettings) -> None:
+        sink = TrackioSink(settings.project, settings.name, init_kwargs=settings.init_kwargs)
+        # OTLP carries ended spans only: no open sample roots are known here.
+        self.spans = TracePipeline(settings, sink, open_samples=OpenSampleRegistry())
         try:
-            self.metrics = TrackioMetricExporter(project, name, run=None, **init_kwargs)
+            self.metrics = TrackioMetricExporter(settings.project, settings.name, settings=settings)
         except BaseException:
-            self.spans.shutdown()
+            self.spans.close()
             raise
         self.closed = False
 
@@ -70,18 +74,19 @@ class _Pair:
         if self.closed:
             return
         self.closed = True
-        self.spans.shutdown()  # logs open samples as partial
+        self.spans.close()  # logs open samples as partial
         self.metrics.shutdown()  # the last holder of the run finishes it
 
 
-class Pipeline:
-    """Decoded spans and metrics → per-(project, run) exporters → Trackio.
+class Router:
+    """Decoded spans and metrics → per-(project, run) pipelines → Trackio.
 
     Args:
         project, name: the server's own Trackio project and run, used when a request's resource
             carries no ``trackio.project`` / ``trackio.run``.
-        max_routes: at most this many (project, run) pairs; data for more is rejected.
-        **trackio_init_kwargs: passed to ``trackio.init`` for every run the receiver starts.
+        settings: settings of every route (project and name set per route).
+        max_routes: at most this many (project, run) routes; data for more is rejected.
+        **options: settings by name, or ``trackio.init`` keywords for every run it starts.
     """
 
     def __init__(
@@ -89,54 +94,56 @@ class Pipeline:
         project: str,
         name: str | None = None,
         *,
+        settings: TrackioSettings | None = None,
         max_routes: int = 64,
-        **trackio_init_kwargs: Any,
+        **options: Any,
     ) -> None:
+        self.settings = split_options(options, settings)
         self.project = project
         self.name = name
         self.max_routes = max_routes
-        self._init_kwargs = trackio_init_kwargs
-        self._pairs: dict[tuple[str, str | None], _Pair] = {}
+        self._routes: dict[tuple[str, str | None], _Destination] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.stats = ReceiverStats()
         self._stats_lock = threading.Lock()
-        self.default = self._pair_for((project, name))
+        self.default = self._route_for((project, name))
 
     # -- routing -------------------------------------------------------------------------------
 
     @property
     def run_name(self) -> str:
         """The name of the server's own run (Trackio picks one when none was given)."""
-        return str(self.default.spans.run.name)
+        return str(self.default.spans.sink.run_name)
 
-    def _key(self, route: Route) -> tuple[str, str | None]:
-        project, run = route
+    def _key(self, target: Route) -> tuple[str, str | None]:
+        project, run = target
         return (project or self.project, run or self.name)
 
-    def _pair_for(self, key: tuple[str, str | None]) -> _Pair:
+    def _route_for(self, key: tuple[str, str | None]) -> _Destination:
         with self._lock:
             if self._closed:
                 raise ReceiverUnavailable("the receiver is shutting down")
-            pair = self._pairs.get(key)
-            if pair is not None:
-                return pair
-            if len(self._pairs) >= self.max_routes:
+            route = self._routes.get(key)
+            if route is not None:
+                return route
+            if len(self._routes) >= self.max_routes:
                 raise OverflowError(
                     f"too many Trackio runs ({self.max_routes}); trackio.project/trackio.run "
                     f"{key[0]!r}/{key[1]!r} refused"
                 )
             # A fresh context: no user run is "active" here, and trackio.init's context
-            # variables stay out of the worker thread that happens to build the pair.
-            pair = contextvars.Context().run(_Pair, key[0], key[1], self._init_kwargs)
-            self._pairs[key] = pair
-            if self._pairs.get((self.project, self.name)) is not pair:
+            # variables stay out of the worker thread that happens to build the route.
+            settings = self.settings.with_options(project=key[0], name=key[1])
+            route = contextvars.Context().run(_Destination, settings)
+            self._routes[key] = route
+            if self._routes.get((self.project, self.name)) is not route:
                 _logger.info("otel-trackio: new route → project %r, run %r", key[0], key[1])
-            return pair
+            return route
 
-    def _resolve(self, route: Route, items: int, outcome: Outcome) -> _Pair | None:
+    def _resolve(self, target: Route, items: int, outcome: Outcome) -> _Destination | None:
         try:
-            return self._pair_for(self._key(route))
+            return self._route_for(self._key(target))
         except ReceiverUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - a bad route must not fail the whole request
@@ -149,12 +156,11 @@ class Pipeline:
     def export_spans(self, decoded: DecodedSpans) -> Outcome:
         """Hand each route's span records to its span exporter. Blocking."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
-        for route, records in decoded.by_route.items():
-            pair = self._resolve(route, len(records), outcome)
-            if pair is None:
+        for target, records in decoded.by_route.items():
+            route = self._resolve(target, len(records), outcome)
+            if route is None:
                 continue
-            result = pair.spans.export_records(records)
-            if result is not SpanExportResult.SUCCESS:
+            if not route.spans.add(records):
                 if self._closed:
                     raise ReceiverUnavailable("the receiver is shutting down")
                 outcome.problems.append(
@@ -166,17 +172,17 @@ class Pipeline:
     def export_metrics(self, decoded: DecodedMetrics) -> Outcome:
         """Hand each route's ``MetricsData`` to its metric exporter. Blocking."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
-        for route, data in decoded.by_route.items():
+        for target, data in decoded.by_route.items():
             points = sum(
                 len(m.data.data_points)
                 for rm in data.resource_metrics
                 for sm in rm.scope_metrics
                 for m in sm.metrics
             )
-            pair = self._resolve(route, points, outcome)
-            if pair is None:
+            route = self._resolve(target, points, outcome)
+            if route is None:
                 continue
-            if pair.metrics.export(data) is not MetricExportResult.SUCCESS:
+            if route.metrics.export(data) is not MetricExportResult.SUCCESS:
                 if self._closed:
                     raise ReceiverUnavailable("the receiver is shutting down")
                 outcome.problems.append(
@@ -202,27 +208,27 @@ class Pipeline:
 
     def expire_idle(self) -> None:
         """Log samples idle past their TTL (otherwise only the next export would notice)."""
-        for pair in self._open_pairs():
-            pair.spans.export_records(())
+        for route in self._open_routes():
+            route.spans.add(())
 
     def totals(self) -> dict[str, int]:
         """Counters for the summary line: received, logged and rejected so far."""
-        pairs = self._open_pairs(include_closed=True)
+        routes = self._open_routes(include_closed=True)
         with self._stats_lock:
             stats = dataclasses.replace(self.stats)
         return {
             "spans": stats.spans_received,
             "points": stats.points_received,
-            "samples": sum(p.spans.stats.samples_logged for p in pairs),
-            "partial": sum(p.spans.stats.partial_samples for p in pairs),
-            "metrics": sum(p.metrics.stats.values_logged for p in pairs),
+            "samples": sum(p.spans.stats.samples_logged for p in routes),
+            "partial": sum(p.spans.stats.partial_samples for p in routes),
+            "metrics": sum(p.metrics.stats.values_logged for p in routes),
             "rejected": stats.rejected_items + stats.rejected_requests,
-            "runs": len(pairs),
+            "runs": len(routes),
         }
 
-    def _open_pairs(self, include_closed: bool = False) -> list[_Pair]:
+    def _open_routes(self, include_closed: bool = False) -> list[_Destination]:
         with self._lock:
-            return [p for p in self._pairs.values() if include_closed or not p.closed]
+            return [p for p in self._routes.values() if include_closed or not p.closed]
 
     def shutdown(self) -> None:
         """Log every open sample as partial and finish every run the receiver started.
@@ -233,10 +239,10 @@ class Pipeline:
             if self._closed:
                 return
             self._closed = True
-            pairs = list(self._pairs.values())
-        for pair in pairs:
+            routes = list(self._routes.values())
+        for route in routes:
             try:
-                pair.shutdown()
+                route.shutdown()
             except Exception as exc:  # noqa: BLE001 - finish the other runs anyway
                 _logger.warning("otel-trackio: shutting down a route failed: %r", exc)
 
@@ -244,16 +250,16 @@ class Pipeline:
 class Summary:
     """Formats the periodic one-line summary; silent while no data flows."""
 
-    def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.monotonic) -> None:
-        self._pipeline = pipeline
+    def __init__(self, router: Router, clock: Callable[[], float] = time.monotonic) -> None:
+        self._router = router
         self._clock = clock
-        self._last = pipeline.totals()
+        self._last = router.totals()
         self._last_time = clock()
 
     def line(self) -> str | None:
         """The summary since the previous call, or None when nothing happened."""
         now = self._clock()
-        totals = self._pipeline.totals()
+        totals = self._router.totals()
         previous, elapsed = self._last, max(now - self._last_time, 1e-9)
         self._last, self._last_time = totals, now
         if totals == previous:

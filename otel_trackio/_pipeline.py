@@ -1,0 +1,239 @@
+"""The span pipeline every path shares: records → samples → Trace dicts → Trackio, durably.
+
+``TracePipeline.add(records)`` buffers span records in a :class:`SampleAssembler`, converts every
+sample that is due (:func:`sample_to_trace`), logs them with one ``run.log({key: [...]},
+step=s)`` per step, and writes them to Trackio's storage before it returns. The
+in-process :class:`~otel_trackio.TrackioSpanExporter` and the OTLP receiver both feed one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import _steps
+from ._assembly import SampleAssembler
+from ._convert import TraceDict, bare_trace, sample_to_trace
+from ._open_samples import OPEN_SAMPLES, OpenSampleLookup
+from ._records import SpanRecord
+from ._samples import Sample
+from ._trackio import TrackioSink
+from .settings import TrackioSettings
+
+_logger = logging.getLogger("otel_trackio")
+
+
+@dataclass(slots=True)
+class ExportStats:
+    """Counters of what a span pipeline did, for summaries, tests and the fault tally."""
+
+    spans_received: int = 0
+    samples_logged: int = 0
+    partial_samples: int = 0
+    log_calls: int = 0
+    failed_exports: int = 0
+    samples_lost: int = 0
+    conversion_errors: int = 0
+    evicted_samples: int = 0
+
+
+class TracePipeline:
+    """Span records in, one Trackio Trace per sample out, written durably. Thread-safe.
+
+    Args:
+        settings: what to read and how (attribute names, limits, key, decoder).
+        sink: the Trackio run to log into.
+        open_samples: where the identity of sample roots still open is looked up at a flush.
+    """
+
+    def __init__(
+        self,
+        settings: TrackioSettings,
+        sink: TrackioSink,
+        *,
+        open_samples: OpenSampleLookup | None = OPEN_SAMPLES,
+    ) -> None:
+        self.settings = settings
+        self.sink = sink
+        self.assembler = SampleAssembler(settings, open_samples=open_samples)
+        self.stats = ExportStats()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._warned: set[str] = set()
+        # Samples logged since storage was last written (lost if that write fails).
+        self._unwritten = 0
+
+    # -- entry points -------------------------------------------------------------------------
+
+    def add(self, records: Iterable[SpanRecord], timeout_seconds: float = 30.0) -> bool:
+        """Buffer span records and log, durably, every sample that is due. False on a failure
+        (warned and counted); never raises."""
+        if self._closed:
+            return False
+        if not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
+            lost = len(list(records))
+            self.stats.failed_exports += 1
+            self._warn("busy", f"exporter busy for {timeout_seconds}s; {lost} spans lost")
+            return False
+        try:
+            if self._closed:
+                return False
+            records = list(records)
+            self.stats.spans_received += len(records)
+            samples = self.assembler.add(records)
+            samples.extend(self.assembler.expire())
+            logged = self._log(samples)
+            # Write them now (the caller's export thread): an export that returned SUCCESS
+            # survives a crash, and a disk that is full or read-only shows up as a failure.
+            return self._write(timeout_seconds) and logged
+        except Exception as exc:  # noqa: BLE001 - export() must never raise
+            self.stats.failed_exports += 1
+            self._warn("export", f"export failed: {exc!r}")
+            return False
+        finally:
+            self._lock.release()
+
+    def flush(self, timeout_seconds: float = 30.0) -> bool:
+        """Log every open sample now (held ones whole, the rest as partial), durably."""
+        if self._closed:
+            return False
+        if not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
+            return False
+        try:
+            return self._flush_all(timeout_seconds)
+        finally:
+            self._lock.release()
+
+    def close(self, timeout_seconds: float = 30.0) -> None:
+        """Flush, then release the run (finished when this package started it). Idempotent;
+        waits at most ``timeout_seconds`` for work in progress."""
+        acquired = self._lock.acquire(timeout=max(0.0, timeout_seconds))
+        try:
+            if self._closed:
+                return
+            self._closed = True
+            if acquired:
+                self._flush_all(timeout_seconds)
+            else:
+                self._warn(
+                    "shutdown",
+                    "shutdown timed out waiting for an export; "
+                    f"{self.assembler.buffered_spans} open spans lost",
+                )
+        finally:
+            if acquired:
+                self._lock.release()
+        self.sink.release()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    # -- stages -------------------------------------------------------------------------------
+
+    def _flush_all(self, timeout_seconds: float) -> bool:
+        try:
+            logged = self._log(self.assembler.flush())
+        except Exception as exc:  # noqa: BLE001
+            self._warn("flush", f"flushing open samples failed: {exc!r}")
+            logged = False
+        return self._write(timeout_seconds) and logged
+
+    def _log(self, samples: list[Sample]) -> bool:
+        """Convert and log samples: one ``run.log`` per step. False when a log call failed
+        (those samples are counted lost)."""
+        if not samples:
+            return True
+        by_step: dict[int, list[tuple[Sample, TraceDict]]] = {}
+        evicted = 0
+        for sample in samples:
+            by_step.setdefault(sample.identity.step, []).append((sample, self._convert(sample)))
+            # Hand the GIL over between samples: a rollout thread waking from a model call
+            # would otherwise wait up to the interpreter's 5 ms switch interval for it.
+            time.sleep(0)
+            if sample.identity.partial:
+                self.stats.partial_samples += 1
+                if sample.identity.partial_reason == "capacity":
+                    evicted += 1
+        if evicted:
+            self.stats.evicted_samples += evicted
+            self._warn(
+                "capacity",
+                f"span buffer full ({self.assembler.max_spans} spans): {evicted} open samples "
+                f"logged early as partial ({self.stats.evicted_samples} so far)",
+            )
+        ok = True
+        for step, converted in by_step.items():
+            traces = [trace for _, trace in converted]
+            try:
+                self.sink.log_traces(self.settings.key, traces, step)
+            except Exception as exc:  # noqa: BLE001
+                self.stats.samples_lost += len(traces)
+                self.stats.failed_exports += 1
+                self._warn(
+                    "log",
+                    f"trackio log at step {step} failed: {exc!r}; {len(traces)} samples lost "
+                    f"({self.stats.samples_lost} so far)",
+                )
+                ok = False
+                continue
+            self.stats.log_calls += 1
+            self.stats.samples_logged += len(traces)
+            self._unwritten += len(traces)
+            _steps.note_step(step)
+        return ok
+
+    def _convert(self, sample: Sample) -> TraceDict:
+        try:
+            return sample_to_trace(sample, self.settings)
+        except Exception as exc:  # noqa: BLE001 - a bad span must not cost the sample
+            self.stats.conversion_errors += 1
+            self._warn("convert", f"could not convert a sample fully, logged it bare: {exc!r}")
+            return bare_trace(sample, repr(exc))
+
+    def _write(self, timeout_seconds: float) -> bool:
+        """Make what was logged durable in Trackio's storage; a failed write counts the samples
+        logged since the last good write as lost, and warns."""
+        if not self._unwritten:
+            return True
+        try:
+            ok = self.sink.flush(max(0.0, timeout_seconds))
+        except Exception as exc:  # noqa: BLE001 - flushing must not crash the user's program
+            ok = False
+            failures = repr(exc)
+        else:
+            failures = ", ".join(sorted(self.sink.last_failures)) or "timed out"
+        if ok:
+            self._unwritten = 0
+            return True
+        self.stats.failed_exports += 1
+        if failures != "timed out":
+            self.stats.samples_lost += self._unwritten
+            self._unwritten = 0
+        self._warn(
+            "storage",
+            f"Trackio could not write to its storage ({failures}); "
+            f"{self.stats.samples_lost} samples lost so far "
+            f"({self.stats.samples_logged} logged by this exporter)",
+        )
+        return False
+
+    def _warn(self, kind: str, message: str) -> None:
+        if kind in self._warned:
+            _logger.debug("otel-trackio: %s", message)
+            return
+        self._warned.add(kind)
+        _logger.warning("otel-trackio: %s", message)
+
+    def describe(self) -> dict[str, Any]:
+        """Counts for summaries: buffered spans, held samples, open traces."""
+        return {
+            "buffered_spans": self.assembler.buffered_spans,
+            "held_samples": self.assembler.held_samples,
+            "open_traces": self.assembler.open_traces,
+        }

@@ -1,0 +1,61 @@
+"""What a sample is once assembled: its spans and its identity (typed, decided once).
+
+The assembler (:mod:`._assembly`) builds these; the converter (:mod:`._convert`) reads them and
+nothing else about a sample's identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._records import SpanRecord
+from ._values import parse_step
+
+PartialReason = Literal["late", "flush", "ttl", "capacity", "duplicate"]
+"""Why a sample is not whole: spans after its sample was logged (``late``), still open at
+``force_flush``/``shutdown`` (``flush``), idle past the TTL (``ttl``), pushed out of a full
+buffer (``capacity``), a span id seen twice (``duplicate``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SampleIdentity:
+    """Who a sample is: its OTel trace and root span, its step and tags.
+
+    ``step`` is resolved once, by :func:`resolve_step`. ``sample_index``, ``rollout_n`` and
+    ``validate`` are the raw attribute values (None when absent). ``partial_reason`` is None for a
+    whole sample.
+    """
+
+    trace_id: int
+    root_span_id: int | None
+    step: int
+    sample_index: Any = None
+    rollout_n: Any = None
+    validate: Any = None
+    partial_reason: PartialReason | None = None
+
+    @property
+    def partial(self) -> bool:
+        """True when the sample is not the whole of it (see ``partial_reason``)."""
+        return self.partial_reason is not None
+
+
+@dataclass(slots=True)
+class Sample:
+    """The spans of one sample, ready for conversion; ``root`` when it is among ``spans``."""
+
+    spans: list[SpanRecord]
+    root: SpanRecord | None
+    identity: SampleIdentity
+
+
+def resolve_step(own: Any, ancestor: Any, latest: int | None) -> int:
+    """The one rule for a sample's step: its own attribute, else its nearest ancestor's, else the
+    latest step seen, else 0. Values that are no step (``2.5``, ``"x"``, beyond int64) count as
+    absent."""
+    for value in (own, ancestor):
+        step = parse_step(value)
+        if step is not None:
+            return step
+    return latest if latest is not None else 0

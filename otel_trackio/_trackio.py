@@ -1,0 +1,394 @@
+"""Trackio behind one door: the only module that imports ``trackio`` for logging, and the only one
+that names its private members.
+
+What it does: find or start a run, log Traces and scalars to it with an explicit ``step=``, make
+what was logged durable, finish the run. OTel exporters run on the SDK's worker threads, which do
+not see the ``ContextVar`` that ``trackio.log()`` reads, so everything here holds a
+:class:`trackio.Run` object and calls ``run.log(..., step=...)`` on it.
+
+Trackio's private surface used, and what is lost without it (each missing piece is reported once,
+with one warning, and Trackio's public behaviour is used instead):
+
+- ``Run._flush_queues_inline``, ``Run._client_lock``, ``Run._is_local``: what was logged is
+  written before ``export()`` returns (durable exports). Without: Trackio's own thread writes it
+  within about 0.5 s.
+- ``Run._warned_failures``: failed storage writes (disk full, read-only) are detected and counted
+  as lost samples. Without: they stay Trackio's own warnings.
+- ``Run._next_step``: step-less metrics follow the run's own step clock. Without: they follow the
+  metric exporter's own counter.
+- ``trackio.context_vars.current_run``: the run active in the user's thread is reused. Without:
+  ``project`` or ``run=`` must be given.
+- ``trackio.utils.RESERVED_KEYS``: series Trackio would rename are prefixed ``otel/``. Without:
+  the list of Trackio 0.43.
+- ``Trace._to_dict``'s payload shape: Traces are logged as stored payload dicts (no deep copy).
+  Without: they are logged as ``trackio.Trace`` objects (slower).
+
+Run rules (shared by the span and the metric exporter):
+
+* an explicit ``run`` wins;
+* else the run active in the thread that builds the exporter, when it matches the requested
+  project (and name, if one was given) or when no project was requested;
+* else a run this package already started in this process for the same project and name
+  (so a span exporter and a metric exporter share one run);
+* else a new run through ``trackio.init``. When a *different* user run is active in this thread,
+  ``trackio.init`` is called on a helper thread, because calling it here would finish that run.
+
+A run started here is finished when the last exporter holding it releases it; a run that was
+borrowed is never finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import trackio
+
+_logger = logging.getLogger("otel_trackio")
+
+#: Trackio 0.43's ``utils.RESERVED_KEYS``, used only when the installed Trackio lacks the list.
+FALLBACK_RESERVED_KEYS: frozenset[str] = frozenset(
+    {"project", "run", "timestamp", "step", "time", "metrics"}
+)
+# Trackio's warn-once keys for local writes that failed (it warns and drops the batch).
+_WRITE_FAILURE_PREFIXES = ("write-logs", "local-sender-loop")
+
+
+@runtime_checkable
+class RunLike(Protocol):
+    """What otel-trackio needs of a ``trackio.Run``: its public ``log`` and ``finish``."""
+
+    project: str
+    name: str
+
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Queue one entry of values at ``step``."""
+
+    def finish(self) -> None:
+        """Write what is queued and close the run."""
+
+
+# -- what the installed Trackio offers, detected once -------------------------------------------
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _lost(what: str, message: str) -> None:
+    """Say once per process what guarantee is lost because Trackio lacks ``what``."""
+    with _warned_lock:
+        if what in _warned:
+            return
+        _warned.add(what)
+    _logger.warning(
+        "otel-trackio: the installed Trackio %s lacks %s: %s",
+        getattr(trackio, "__version__", "?"),
+        what,
+        message,
+    )
+
+
+def _current_run_var() -> Any:
+    try:
+        from trackio import context_vars
+    except ImportError:
+        return None
+    return getattr(context_vars, "current_run", None)
+
+
+_CURRENT_RUN = _current_run_var()
+
+
+def active_run() -> RunLike | None:
+    """The Trackio run active in the calling thread (``trackio.init`` sets it), if any."""
+    if _CURRENT_RUN is None:
+        _lost(
+            "trackio.context_vars.current_run",
+            "an active run cannot be reused; pass project=... or run=...",
+        )
+        return None
+    run: RunLike | None = _CURRENT_RUN.get()
+    return run
+
+
+def _forget_active_run(run: RunLike) -> None:
+    if _CURRENT_RUN is not None and _CURRENT_RUN.get() is run:
+        _CURRENT_RUN.set(None)
+
+
+def reserved_keys() -> frozenset[str]:
+    """Metric keys ``Run.log`` renames to ``__<key>`` (keys starting with ``__`` are too)."""
+    keys = getattr(getattr(trackio, "utils", None), "RESERVED_KEYS", None)
+    if keys is None:
+        _lost("trackio.utils.RESERVED_KEYS", "using the reserved metric names of Trackio 0.43")
+        return FALLBACK_RESERVED_KEYS
+    return frozenset(keys)
+
+
+def histogram(counts: Sequence[int], edges: Sequence[float]) -> Any:
+    """A ``trackio.Histogram`` from precomputed bucket counts and their ``len + 1`` edges."""
+    return trackio.Histogram(np_histogram=(list(counts), list(edges)))
+
+
+_TRACE_TYPE: str = trackio.Trace.TYPE
+
+
+def _payload(trace: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "_type": _TRACE_TYPE,
+        "messages": trace.get("messages") or [],
+        "metadata": trace.get("metadata") or {},
+        "spans": trace.get("spans") or [],
+    }
+
+
+def _payload_matches_trackio() -> bool:
+    """True when our payload dict is what ``trackio.Trace._to_dict`` stores for the same Trace."""
+    sample: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "q"}],
+        "metadata": {"step": 1},
+        "spans": [{"id": "1", "name": "n", "kind": "span"}],
+    }
+    try:
+        stored = trackio.Trace(
+            sample["messages"], metadata=sample["metadata"], spans=sample["spans"]
+        )._to_dict("p", "r", 0)
+    except Exception:  # noqa: BLE001 - any difference means: use the public class
+        return False
+    return bool(stored == _payload(sample))
+
+
+_TRACE_AS_PAYLOAD = _payload_matches_trackio()
+
+
+def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Trace dicts (messages, metadata, spans) as what ``run.log`` takes for a list of Traces.
+
+    They go in as Trackio's stored trace payload (``{"_type": Trace.TYPE, ...}``, what
+    ``Trace._to_dict`` makes) rather than ``trackio.Trace`` objects: our dicts are already plain
+    JSON with no media, and skipping Trackio's deep copy of every trace makes the whole export
+    about 15% cheaper. When the installed Trackio stores Traces differently, ``trackio.Trace``
+    objects are logged instead.
+    """
+    if _TRACE_AS_PAYLOAD:
+        return [_payload(t) for t in traces]
+    _lost("Trace._to_dict in the shape of 0.43", "Traces are logged as trackio.Trace objects")
+    return [
+        trackio.Trace(
+            messages=list(t.get("messages") or []),
+            metadata=dict(t.get("metadata") or {}),
+            spans=list(t.get("spans") or []),
+        )
+        for t in traces
+    ]
+
+
+# -- runs this package started, shared per (project, name) ------------------------------------
+
+_registry_lock = threading.Lock()
+
+
+class _OwnedRun:
+    """A run this package started, with the number of exporters holding it."""
+
+    def __init__(self, run: RunLike, key: tuple[str, str | None]) -> None:
+        self.run = run
+        self.key = key
+        self.holders = 0
+        self.finished = False
+
+
+# (project, requested name) -> lease shared by every exporter of this process asking for it.
+_owned: dict[tuple[str, str | None], _OwnedRun] = {}
+
+
+class TrackioSink:
+    """A held Trackio run, and the one place that calls ``run.log`` / ``run.finish``.
+
+    Build it on the user's thread (it may need that thread's active run); use it from any thread.
+    """
+
+    def __init__(
+        self,
+        project: str | None = None,
+        name: str | None = None,
+        *,
+        run: RunLike | None = None,
+        init_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._owned: _OwnedRun | None = None
+        self._released = False
+        # Trackio's failed-write warnings seen by the last flush() (empty when it went well).
+        self.last_failures: set[str] = set()
+        self._lock = threading.Lock()
+        self.run: RunLike = self._resolve(project, name, run, dict(init_kwargs or {}))
+
+    @property
+    def project(self) -> str:
+        """The Trackio project the held run logs into."""
+        return str(self.run.project)
+
+    @property
+    def run_name(self) -> str:
+        """The held run's name."""
+        return str(self.run.name)
+
+    @property
+    def owns_run(self) -> bool:
+        """True when this package started the run (and will finish it)."""
+        return self._owned is not None
+
+    def _resolve(
+        self,
+        project: str | None,
+        name: str | None,
+        run: RunLike | None,
+        init_kwargs: dict[str, Any],
+    ) -> RunLike:
+        if run is not None:
+            return run
+        active = active_run()
+        if active is not None and _matches(active, project, name):
+            return active
+        if project is None:
+            raise ValueError(
+                "otel-trackio needs a Trackio project: pass project=..., pass run=..., "
+                "or call trackio.init() before creating the exporter."
+            )
+        key = (project, name)
+        with _registry_lock:
+            owned = _owned.get(key)
+            if owned is None or owned.finished:
+                owned = _OwnedRun(_start_run(project, name, init_kwargs, active), key)
+                _owned[key] = owned
+            owned.holders += 1
+        self._owned = owned
+        return owned.run
+
+    # -- logging ----------------------------------------------------------------------------
+
+    def log(self, values: Mapping[str, Any], step: int) -> None:
+        """Log one Trackio entry at ``step`` on the held run. Raises what ``run.log`` raises."""
+        self.run.log(dict(values), step=step)
+
+    def log_traces(self, key: str, traces: Sequence[Mapping[str, Any]], step: int) -> None:
+        """Log trace dicts (messages, metadata, spans) as one list of Traces at ``step``."""
+        if traces:
+            self.run.log({key: trace_entries(traces)}, step=step)
+
+    def flush(self, timeout_seconds: float = 30.0) -> bool:
+        """Write what the held run has queued to Trackio's local storage now, on this thread.
+
+        ``run.log`` only queues: Trackio's sender thread writes every 0.5 s, so a process killed
+        right after an export would lose the last half second. Returns False when Trackio
+        reported a failed write for this run (disk full, read-only folder: Trackio only warns,
+        see ``last_failures``) or the flush timed out. Remote runs are left to Trackio (True).
+        Without the Trackio internals this needs, says once that exports are no longer written
+        before they return, and returns True.
+        """
+        run = self.run
+        if getattr(run, "_is_local", True) is False:
+            return True  # a Trackio server or Space: Trackio's client sends it
+        flush: Callable[[], None] | None = getattr(run, "_flush_queues_inline", None)
+        lock: Any = getattr(run, "_client_lock", None)
+        if flush is None or lock is None:
+            _lost(
+                "Run._flush_queues_inline / Run._client_lock",
+                "exports are no longer written to storage before export() returns; Trackio's "
+                "own thread writes them within about 0.5 s, so a crash can lose that much",
+            )
+            return True
+        if not lock.acquire(timeout=max(0.0, timeout_seconds)):
+            return False
+        try:
+            flush()
+        finally:
+            lock.release()
+        self.last_failures = self._take_storage_failures()
+        return not self.last_failures
+
+    def _take_storage_failures(self) -> set[str]:
+        """Trackio's warn-once keys of failed local writes, removed so the next one shows too."""
+        failures: set[str] | None = getattr(self.run, "_warned_failures", None)
+        if failures is None:
+            _lost(
+                "Run._warned_failures",
+                "a failed write to Trackio storage (disk full, read-only folder) is no longer "
+                "detected: it shows only as Trackio's own warning",
+            )
+            return set()
+        found = {key for key in set(failures) if key.startswith(_WRITE_FAILURE_PREFIXES)}
+        for key in found:
+            failures.discard(key)
+        return found
+
+    def next_step(self) -> int | None:
+        """The step Trackio would use for a log call without ``step=`` (None when unknown)."""
+        step = getattr(self.run, "_next_step", None)
+        if step is None:
+            _lost(
+                "Run._next_step",
+                "metrics without a step attribute follow the metric exporter's own counter, "
+                "not the run's step clock",
+            )
+            return None
+        return int(step)
+
+    def release(self) -> None:
+        """Drop this holder; finish the run when this package started it and nobody else holds it.
+
+        Idempotent. Never raises: a failure to finish is logged.
+        """
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        owned = self._owned
+        if owned is None:
+            return
+        with _registry_lock:
+            owned.holders -= 1
+            last = owned.holders <= 0 and not owned.finished
+            if last:
+                owned.finished = True
+                if _owned.get(owned.key) is owned:
+                    del _owned[owned.key]
+        if last:
+            try:
+                owned.run.finish()
+            except Exception as exc:  # noqa: BLE001 - finishing must not crash the user's program
+                _logger.warning("otel-trackio: finishing Trackio run failed: %s", exc)
+            _forget_active_run(owned.run)
+
+
+def _matches(run: RunLike, project: str | None, name: str | None) -> bool:
+    if project is None:
+        return name is None or run.name == name
+    return run.project == project and (name is None or run.name == name)
+
+
+def _start_run(
+    project: str, name: str | None, init_kwargs: dict[str, Any], active: RunLike | None
+) -> RunLike:
+    if active is None:
+        # No user run to disturb: start it here, so the user's own trackio.log() lands in it too.
+        return trackio.init(project=project, name=name, **init_kwargs)
+    # trackio.init() finishes the run active in the calling thread: start ours on a thread that
+    # has none, and leave the user's run untouched.
+    result: list[RunLike] = []
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            result.append(trackio.init(project=project, name=name, **init_kwargs))
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=start, name="otel-trackio-init", daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return result[0]

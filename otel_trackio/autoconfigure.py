@@ -1,0 +1,213 @@
+"""Zero-code setup: the ``trackio`` exporters the OTel SDK configurator builds with no arguments.
+
+The configurator (used by ``opentelemetry-instrument``) finds exporters through the
+``opentelemetry_traces_exporter`` / ``opentelemetry_metrics_exporter`` entry points and calls
+the class with no arguments, so the classes here read :class:`~otel_trackio.TrackioSettings`
+from the environment::
+
+    OTEL_TRACES_EXPORTER=trackio OTEL_METRICS_EXPORTER=trackio \\
+    OTEL_EXPORTER_TRACKIO_PROJECT=my-rl opentelemetry-instrument python app.py
+
+A missing project or a malformed variable must not break the rest of the OTel setup: the
+exporter then logs one error naming the variable and sends nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+
+from ._pipeline import ExportStats
+from ._trackio import RunLike
+from .environment_variables import (
+    OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
+    OTEL_EXPORTER_TRACKIO_PROJECT,
+)
+from .metric_exporter import DEFAULT_TEMPORALITY, MetricExportStats, TrackioMetricExporter
+from .sampling import step_sampler
+from .settings import TrackioConfigError, TrackioSettings
+from .span_exporter import TrackioSpanExporter
+
+_logger = logging.getLogger("otel_trackio")
+
+__all__ = ["TrackioEnvMetricExporter", "TrackioEnvSpanExporter", "settings_from_env"]
+
+
+def settings_from_env(
+    environ: Mapping[str, str] | None = None, *, require_project: bool = True, **overrides: Any
+) -> TrackioSettings:
+    """:class:`TrackioSettings` from ``OTEL_EXPORTER_TRACKIO_*``, keyword arguments winning.
+
+    Raises :class:`TrackioConfigError` naming the variable that is malformed, or naming
+    ``OTEL_EXPORTER_TRACKIO_PROJECT`` when it is unset and ``require_project`` is true.
+    """
+    settings = TrackioSettings.from_env(environ, **overrides)
+    if require_project and settings.project is None:
+        raise TrackioConfigError(
+            f"otel-trackio: set {OTEL_EXPORTER_TRACKIO_PROJECT} to the Trackio project to log "
+            f"into (e.g. {OTEL_EXPORTER_TRACKIO_PROJECT}=my-rl)"
+        )
+    return settings
+
+
+class TrackioEnvSpanExporter(SpanExporter):
+    """A :class:`TrackioSpanExporter` configured by ``OTEL_EXPORTER_TRACKIO_*`` (entry ``trackio``).
+
+    Keyword arguments (settings, ``run=``, ``trackio.init`` options) override the environment.
+    When the project is missing or a variable is malformed, construction logs one error naming
+    the variable and the exporter sends nothing, so the rest of the OTel setup keeps working.
+
+    With ``OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP`` set and the global SDK tracer provider
+    still on the SDK's default sampler (no ``OTEL_TRACES_SAMPLER``), that provider gets the
+    per-step sampler: the SDK configurator builds this exporter right after installing the
+    provider, before any application tracer exists.
+    """
+
+    def __init__(self, *, run: RunLike | None = None, **overrides: Any) -> None:
+        self.exporter: TrackioSpanExporter | None = None
+        try:
+            needs_project = overrides.get("project") is None and run is None
+            settings = settings_from_env(require_project=needs_project, **overrides)
+        except TrackioConfigError as exc:
+            _report_config_error(exc)
+            return
+        self.exporter = TrackioSpanExporter(run=run, settings=settings)
+        if settings.max_samples_per_step is not None:
+            _install_sampler(settings)
+        # Registered after trackio.init() registered its own exit hook (which finishes the run),
+        # so it runs before it: every span still queued is logged while the run is open.
+        provider = trace.get_tracer_provider()
+        self._exit_provider = provider if isinstance(provider, TracerProvider) else None
+        atexit.register(self._flush_at_exit)
+
+    @property
+    def run(self) -> RunLike | None:
+        """The ``trackio.Run`` spans go to (None when misconfigured)."""
+        return self.exporter.run if self.exporter is not None else None
+
+    @property
+    def key(self) -> str | None:
+        """The Trackio key of the Traces (None when misconfigured)."""
+        return self.exporter.key if self.exporter is not None else None
+
+    @property
+    def stats(self) -> ExportStats:
+        """What the exporter did (all zero when misconfigured)."""
+        return self.exporter.stats if self.exporter is not None else ExportStats()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Export to Trackio; FAILURE when misconfigured (the error was logged once)."""
+        if self.exporter is None:
+            return SpanExportResult.FAILURE
+        return self.exporter.export(spans)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Log every open sample now (as partial)."""
+        return self.exporter.force_flush(timeout_millis) if self.exporter is not None else True
+
+    def shutdown(self) -> None:
+        """Log open samples and finish the run if this exporter started it. Idempotent."""
+        if self.exporter is not None:
+            self.exporter.shutdown()
+
+    def _flush_at_exit(self) -> None:
+        """Log queued spans and open samples before Trackio's own exit hook finishes the run."""
+        try:
+            if self._exit_provider is not None:
+                self._exit_provider.force_flush()
+            self.force_flush()
+        except Exception as exc:  # noqa: BLE001 - never fail the interpreter's exit
+            _logger.warning("otel-trackio: flushing at exit failed: %s", exc)
+
+
+class TrackioEnvMetricExporter(MetricExporter):
+    """A :class:`TrackioMetricExporter` configured by ``OTEL_EXPORTER_TRACKIO_*`` (entry
+    ``trackio``). It shares the span exporter's Trackio run (same project and run name in one
+    process). Keyword arguments and configuration errors behave as for
+    :class:`TrackioEnvSpanExporter`."""
+
+    def __init__(self, *, run: RunLike | None = None, **overrides: Any) -> None:
+        super().__init__(preferred_temporality=dict(DEFAULT_TEMPORALITY))
+        self.exporter: TrackioMetricExporter | None = None
+        try:
+            needs_project = overrides.get("project") is None and run is None
+            settings = settings_from_env(require_project=needs_project, **overrides)
+        except TrackioConfigError as exc:
+            _report_config_error(exc)
+            return
+        self.exporter = TrackioMetricExporter(run=run, settings=settings)
+        self._preferred_temporality = self.exporter._preferred_temporality
+        self._preferred_aggregation = self.exporter._preferred_aggregation
+
+    @property
+    def run(self) -> RunLike | None:
+        """The ``trackio.Run`` metrics go to (None when misconfigured)."""
+        return self.exporter.run if self.exporter is not None else None
+
+    @property
+    def stats(self) -> MetricExportStats:
+        """What the exporter did (all zero when misconfigured)."""
+        return self.exporter.stats if self.exporter is not None else MetricExportStats()
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        """Export to Trackio; FAILURE when misconfigured (the error was logged once)."""
+        if self.exporter is None:
+            return MetricExportResult.FAILURE
+        return self.exporter.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Nothing is buffered: True unless shut down."""
+        return self.exporter.force_flush(timeout_millis) if self.exporter is not None else True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """Stop exporting; finish the run if this exporter started it and holds it last."""
+        if self.exporter is not None:
+            self.exporter.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
+_reported: set[str] = set()
+
+
+def _report_config_error(exc: TrackioConfigError) -> None:
+    message = str(exc)
+    if not message.startswith("otel-trackio:"):
+        message = f"otel-trackio: {message}"
+    if message not in _reported:  # the span and the metric exporter hit the same error
+        _reported.add(message)
+        _logger.error("%s; nothing is sent to Trackio.", message)
+
+
+def _install_sampler(settings: TrackioSettings) -> None:
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        _logger.warning(
+            "otel-trackio: %s is set but no SDK tracer provider is installed yet; "
+            "use OTEL_TRACES_SAMPLER=trackio_step or "
+            "otel_trackio.configure(max_samples_per_step=...)",
+            OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
+        )
+        return
+    if provider.sampler is not DEFAULT_ON:
+        if "StepSampler" not in provider.sampler.get_description():
+            _logger.warning(
+                "otel-trackio: %s ignored: the tracer provider already has sampler %s "
+                "(set OTEL_TRACES_SAMPLER=trackio_step to combine them)",
+                OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
+                provider.sampler.get_description(),
+            )
+        return
+    provider.sampler = step_sampler(settings)

@@ -1,0 +1,58 @@
+"""The ``OTEL_EXPORTER_TRACKIO_*`` environment variables, declared once.
+
+This module is the ``opentelemetry_environment_variables`` entry point: every module-level name
+starting with ``OTEL_`` becomes an ``opentelemetry-instrument`` flag (``--exporter_trackio_project``
+...). So it holds these names and nothing else. Each is read by the setting of
+:class:`otel_trackio.TrackioSettings` that names it, where its default and meaning live.
+"""
+
+OTEL_EXPORTER_TRACKIO_PROJECT = "OTEL_EXPORTER_TRACKIO_PROJECT"
+"""Trackio project to log into. Required for the zero-code ``trackio`` exporters."""
+
+OTEL_EXPORTER_TRACKIO_RUN = "OTEL_EXPORTER_TRACKIO_RUN"
+"""Trackio run name. Default: a name Trackio generates. Span and metric exporters share it."""
+
+OTEL_EXPORTER_TRACKIO_GROUP = "OTEL_EXPORTER_TRACKIO_GROUP"
+"""Trackio run group (``trackio.init(group=...)``)."""
+
+OTEL_EXPORTER_TRACKIO_SERVER_URL = "OTEL_EXPORTER_TRACKIO_SERVER_URL"
+"""A self-hosted Trackio server to log to (``trackio.init(server_url=...)``)."""
+
+OTEL_EXPORTER_TRACKIO_SPACE_ID = "OTEL_EXPORTER_TRACKIO_SPACE_ID"
+"""A Hugging Face Space to log to (``trackio.init(space_id=...)``)."""
+
+OTEL_EXPORTER_TRACKIO_RESUME = "OTEL_EXPORTER_TRACKIO_RESUME"
+"""``never``, ``allow`` or ``must``: whether to continue an existing run of that name."""
+
+OTEL_EXPORTER_TRACKIO_KEY = "OTEL_EXPORTER_TRACKIO_KEY"
+"""Trackio key the Traces are logged under. Default ``rollout/traces``."""
+
+OTEL_EXPORTER_TRACKIO_STEP_ATTRIBUTE = "OTEL_EXPORTER_TRACKIO_STEP_ATTRIBUTE"
+"""Span / data point attribute holding the training step. Default ``step``."""
+
+OTEL_EXPORTER_TRACKIO_SAMPLE_ATTRIBUTE = "OTEL_EXPORTER_TRACKIO_SAMPLE_ATTRIBUTE"
+"""Span attribute marking a sample's root. Default ``sample_index``."""
+
+OTEL_EXPORTER_TRACKIO_SAMPLE_TTL_SECONDS = "OTEL_EXPORTER_TRACKIO_SAMPLE_TTL_SECONDS"
+"""An idle trace is logged as partial after this many seconds. Default ``300``."""
+
+OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS = "OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS"
+"""Past this many waiting spans the oldest open samples go out as partial. Default ``100000``."""
+
+OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS = "OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS"
+"""Longer strings are cut with a visible marker. Default ``65536``."""
+
+OTEL_EXPORTER_TRACKIO_TOKEN_DECODER = "OTEL_EXPORTER_TRACKIO_TOKEN_DECODER"
+"""``module:function`` turning token id lists into text; ``none``/``off`` or unset: no decoding."""
+
+OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTRIBUTES = "OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTRIBUTES"
+"""Span attributes holding token ids and the side each fills: ``prompt_ids=input,ids=output``."""
+
+OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS = "OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS"
+"""``true``: also log histogram buckets as ``trackio.Histogram``. Default ``false``."""
+
+OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP = "OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP"
+"""Keep at most this many samples per step in this process (a ``StepSampler``). Default: all."""
+
+OTEL_EXPORTER_TRACKIO_SAMPLING_SEED = "OTEL_EXPORTER_TRACKIO_SAMPLING_SEED"
+"""Seed of the per-step sampler's choice. Default ``0``."""

@@ -1,0 +1,322 @@
+"""``TrackioSettings``: every otel-trackio setting, its default and its environment variable, once.
+
+In the style of OpenInference's ``TraceConfig``: one frozen dataclass; each field declares its
+default and the ``OTEL_EXPORTER_TRACKIO_*`` variable that sets it (see
+:mod:`otel_trackio.environment_variables`). The exporters, the assembler, the converter, the OTLP
+receiver, :func:`otel_trackio.configure` and the zero-code entry points all read one of these.
+
+Build one with keyword arguments (``TrackioSettings(key="val/traces")``), from the environment
+(``TrackioSettings.from_env(**overrides)``: arguments win), or let an exporter build it from its
+own keyword arguments (:func:`split_options`: setting names become settings, every other keyword
+goes to ``trackio.init``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from . import environment_variables as env
+
+TokenDecoder = Callable[[Sequence[int]], str]
+
+#: token id attribute → the side of the span it fills (``"input"`` or ``"output"``).
+DEFAULT_TOKEN_ID_ATTRIBUTES: Mapping[str, str] = {
+    "prompt_ids": "input",
+    "response_ids": "output",
+    "token_ids": "output",
+}
+
+_OFF = frozenset({"", "none", "off", "false", "0", "no"})
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_RESUME = ("never", "allow", "must")
+
+
+class TrackioConfigError(ValueError):
+    """A setting (or the ``OTEL_EXPORTER_TRACKIO_*`` variable behind it) is missing or malformed;
+    the message names it."""
+
+
+# -- kinds of setting: how a value is checked and how the environment's text is read ----------
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What values a setting takes: ``check`` a value, ``parse`` an environment string."""
+
+    expected: str
+    check: Callable[[Any], bool]
+    parse: Callable[[str], Any]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _flag(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _OFF:
+        return False
+    raise ValueError
+
+
+def _choice(raw: str) -> str:
+    if raw not in _RESUME:
+        raise ValueError
+    return raw
+
+
+def _sides(raw: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in raw.split(","):
+        name, _, side = item.strip().partition("=")
+        out[name.strip()] = side.strip()
+    return out
+
+
+def _are_sides(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and k and side in ("input", "output") for k, side in value.items()
+    )
+
+
+def load_token_decoder(spec: str | None) -> TokenDecoder | None:
+    """The callable named by a ``module:function`` spec; None for an empty/``none``/``off`` spec.
+
+    Raises ``ValueError`` saying what is wrong with the spec.
+    """
+    if spec is None or spec.strip().lower() in _OFF:
+        return None
+    module_name, _, attribute = spec.strip().partition(":")
+    if not module_name or not attribute:
+        raise ValueError("expected 'module:function' or 'none'")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot be imported: {exc}") from exc
+    if not callable(target):
+        raise ValueError("is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+_TEXT = _Kind("expected a non-empty string", lambda v: isinstance(v, str) and bool(v), str)
+_OPTIONAL_TEXT = _Kind(
+    "expected a non-empty string or None",
+    lambda v: v is None or (isinstance(v, str) and bool(v)),
+    str,
+)
+_RESUME_KIND = _Kind("expected never, allow or must", lambda v: v is None or v in _RESUME, _choice)
+_SECONDS = _Kind("expected a number >= 0", lambda v: _is_number(v) and v >= 0, float)
+_COUNT = _Kind("expected an integer >= 1", lambda v: _is_int(v) and v >= 1, int)
+_CAP = _Kind(
+    "expected an integer >= 0, or None", lambda v: v is None or (_is_int(v) and v >= 0), int
+)
+_INT = _Kind("expected an integer", _is_int, int)
+_BOOL = _Kind("expected a boolean (true/false)", lambda v: isinstance(v, bool), _flag)
+_DECODER = _Kind(
+    "expected a callable ids -> str ('module:function' or 'none' in the environment)",
+    lambda v: v is None or callable(v),
+    load_token_decoder,
+)
+_SIDES = _Kind("expected name=input|output pairs (a mapping in Python)", _are_sides, _sides)
+_MAPPING = _Kind("expected a mapping", lambda v: isinstance(v, Mapping), json.loads)
+
+
+def _setting(default: Any, kind: _Kind, variable: str | None = None) -> Any:
+    """A field with its default, its kind and the environment variable that sets it."""
+    metadata = {"env": variable, "kind": kind}
+    if isinstance(default, Mapping):
+        frozen = dict(default)
+        return field(default_factory=lambda: dict(frozen), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class TrackioSettings:
+    """Every setting of otel-trackio. Immutable; ``dataclasses.replace`` gives a changed copy.
+
+    Where the data goes (``trackio.init`` arguments when no run is given or active):
+        project, name, group, server_url, space_id, resume; ``trackio_init`` holds any other
+        ``trackio.init`` keyword (``config``, ``private``, ...).
+    Traces:
+        key: the Trackio key the Traces are logged under.
+        step_attribute, sample_attribute: span attribute names of the step and sample index.
+        sample_ttl_seconds: a trace idle this long is logged as partial.
+        max_buffered_spans: past this many waiting spans the oldest samples go out as partial.
+        max_value_chars: longer strings are cut with a visible marker.
+        token_decoder: turns token id lists on spans into text (on the export thread).
+        token_id_attributes: which span attributes hold token ids, and the side each fills.
+    Metrics:
+        log_distributions: also log histogram buckets as a ``trackio.Histogram``.
+    Sampling (``configure()`` and the zero-code setup install a ``StepSampler``):
+        max_samples_per_step: keep at most this many samples per step (None: all).
+        sampling_seed: the sampler's seed; the same in every worker makes them agree.
+    """
+
+    project: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_PROJECT)
+    name: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_RUN)
+    group: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_GROUP)
+    server_url: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_SERVER_URL)
+    space_id: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_SPACE_ID)
+    resume: str | None = _setting(None, _RESUME_KIND, env.OTEL_EXPORTER_TRACKIO_RESUME)
+    trackio_init: Mapping[str, Any] = _setting({}, _MAPPING)
+
+    key: str = _setting("rollout/traces", _TEXT, env.OTEL_EXPORTER_TRACKIO_KEY)
+    step_attribute: str = _setting("step", _TEXT, env.OTEL_EXPORTER_TRACKIO_STEP_ATTRIBUTE)
+    sample_attribute: str = _setting(
+        "sample_index", _TEXT, env.OTEL_EXPORTER_TRACKIO_SAMPLE_ATTRIBUTE
+    )
+    sample_ttl_seconds: float = _setting(
+        300.0, _SECONDS, env.OTEL_EXPORTER_TRACKIO_SAMPLE_TTL_SECONDS
+    )
+    max_buffered_spans: int = _setting(
+        100_000, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS
+    )
+    max_value_chars: int = _setting(64 * 1024, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS)
+    token_decoder: TokenDecoder | None = _setting(
+        None, _DECODER, env.OTEL_EXPORTER_TRACKIO_TOKEN_DECODER
+    )
+    token_id_attributes: Mapping[str, str] = _setting(
+        DEFAULT_TOKEN_ID_ATTRIBUTES, _SIDES, env.OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTRIBUTES
+    )
+
+    log_distributions: bool = _setting(False, _BOOL, env.OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS)
+
+    max_samples_per_step: int | None = _setting(
+        None, _CAP, env.OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP
+    )
+    sampling_seed: int = _setting(0, _INT, env.OTEL_EXPORTER_TRACKIO_SAMPLING_SEED)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kind: _Kind = f.metadata["kind"]
+            if not kind.check(value):
+                raise TrackioConfigError(f"{f.name}={value!r}: {kind.expected}")
+        # Own copies of the mappings, so the caller's dict cannot change a frozen setting.
+        object.__setattr__(self, "trackio_init", dict(self.trackio_init))
+        object.__setattr__(self, "token_id_attributes", dict(self.token_id_attributes))
+
+    # -- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> TrackioSettings:
+        """Settings from ``OTEL_EXPORTER_TRACKIO_*`` (``os.environ`` by default); keyword
+        arguments win. A malformed variable raises :class:`TrackioConfigError` naming it."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            variable = f.metadata.get("env")
+            if variable is None or f.name in overrides:
+                continue
+            raw = environ.get(variable)
+            if raw is None or not raw.strip():
+                continue
+            kind: _Kind = f.metadata["kind"]
+            try:
+                value = kind.parse(raw.strip())
+            except ValueError as exc:
+                detail = str(exc) or kind.expected
+                raise TrackioConfigError(f"{variable}={raw!r}: {detail}") from None
+            if not kind.check(value):
+                raise TrackioConfigError(f"{variable}={raw!r}: {kind.expected}")
+            values[f.name] = value
+        return split_options({**values, **overrides})
+
+    def with_options(self, **options: Any) -> TrackioSettings:
+        """A copy with ``options`` applied (setting names; anything else joins ``trackio_init``)."""
+        return split_options(options, self)
+
+    # -- derived ----------------------------------------------------------------------------
+
+    @property
+    def init_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments for ``trackio.init`` besides ``project`` and ``name``."""
+        out = {
+            key: value
+            for key in ("group", "server_url", "space_id", "resume")
+            if (value := getattr(self, key)) is not None
+        }
+        out.update(self.trackio_init)
+        return out
+
+
+SETTING_NAMES: frozenset[str] = frozenset(f.name for f in fields(TrackioSettings))
+
+
+def split_options(
+    options: Mapping[str, Any], base: TrackioSettings | None = None
+) -> TrackioSettings:
+    """Settings from keyword arguments: setting names set that setting (``None`` keeps the base
+    value for ``project``/``name`` only when absent), anything else is a ``trackio.init``
+    keyword collected into ``trackio_init``."""
+    base = base or TrackioSettings()
+    known = {k: v for k, v in options.items() if k in SETTING_NAMES and k != "trackio_init"}
+    extra = {k: v for k, v in options.items() if k not in SETTING_NAMES}
+    init = {**base.trackio_init, **dict(options.get("trackio_init") or {}), **extra}
+    return dataclasses.replace(base, **known, trackio_init=init)
+
+
+def settings_for(
+    project: str | None,
+    name: str | None,
+    settings: TrackioSettings | None,
+    options: Mapping[str, Any],
+) -> TrackioSettings:
+    """What an exporter or ``configure()`` was asked for: ``settings`` (or the defaults), then
+    ``options`` by name (see :func:`split_options`), then ``project``/``name`` when given."""
+    chosen = split_options(options, settings)
+    if project is not None:
+        chosen = dataclasses.replace(chosen, project=project)
+    if name is not None:
+        chosen = dataclasses.replace(chosen, name=name)
+    return chosen
+
+
+def environment_variables() -> dict[str, str]:
+    """``{setting name: environment variable}`` for every setting that has one."""
+    return {f.name: f.metadata["env"] for f in fields(TrackioSettings) if f.metadata.get("env")}
+
+
+# -- the process's active settings (for code that has no exporter at hand) ----------------------
+
+_active: TrackioSettings | None = None
+_from_environment: TrackioSettings | None = None
+
+
+def activate(settings: TrackioSettings) -> None:
+    """Make ``settings`` the process's active ones: ``rollout()`` and a ``StepSampler`` built
+    without attribute names use their ``step_attribute`` / ``sample_attribute``. Every
+    ``TrackioSpanExporter`` and ``configure()`` calls it (the latest one wins)."""
+    global _active
+    _active = settings
+
+
+def active_settings() -> TrackioSettings:
+    """The settings of the latest exporter or ``configure()`` in this process; before any, the
+    ``OTEL_EXPORTER_TRACKIO_*`` environment (defaults where it is malformed)."""
+    global _from_environment
+    if _active is not None:
+        return _active
+    if _from_environment is None:
+        try:
+            _from_environment = TrackioSettings.from_env()
+        except TrackioConfigError:
+            _from_environment = TrackioSettings()
+    return _from_environment

@@ -1,0 +1,106 @@
+"""``TrackioSpanExporter``: OTel spans in, one Trackio Trace per rollout sample out.
+
+The data path, one stage per module: ``export()`` → span records (:mod:`._records`) → samples
+with their identity and step (:mod:`._assembly`) → Trace dicts (:mod:`._convert`) → one
+``run.log`` per step, written durably (:mod:`._pipeline`, :mod:`._trackio`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from ._pipeline import ExportStats, TracePipeline
+from ._records import SpanRecord, record_from_readable_span
+from ._trackio import RunLike, TrackioSink
+from .settings import TrackioSettings, activate, settings_for
+
+_logger = logging.getLogger("otel_trackio")
+
+__all__ = ["ExportStats", "TrackioSpanExporter"]
+
+
+class TrackioSpanExporter(SpanExporter):
+    """An OTel ``SpanExporter`` that logs each rollout sample as one ``trackio.Trace``.
+
+    Use it behind a ``BatchSpanProcessor`` (or :class:`~otel_trackio.TrackioSpanProcessor`).
+    Spans are grouped into samples (the subtree under the outermost span carrying
+    ``sample_index``; a trace without one is one sample), converted into Trace dicts with chat
+    ``messages`` and a ``spans`` tree, and logged under ``key`` at the sample's step (its
+    ``step`` attribute, else its ancestor's, else the latest step seen, else 0; never Trackio's
+    auto step).
+
+    Args:
+        project, name: the Trackio project and run to log into when no run is given or active.
+        run: a ``trackio.Run`` to log into; it is never finished by the exporter.
+        settings: a :class:`~otel_trackio.TrackioSettings` (default: all defaults).
+        **options: any setting by name (``key``, ``step_attribute``, ``sample_ttl_seconds``,
+            ``max_buffered_spans``, ``max_value_chars``, ``token_decoder``, ...), applied over
+            ``settings``; any other keyword goes to ``trackio.init`` (``server_url``, ...).
+    """
+
+    def __init__(
+        self,
+        project: str | None = None,
+        name: str | None = None,
+        *,
+        run: RunLike | None = None,
+        settings: TrackioSettings | None = None,
+        **options: Any,
+    ) -> None:
+        settings = settings_for(project, name, settings, options)
+        self.settings = settings
+        activate(settings)
+        sink = TrackioSink(
+            settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
+        )
+        self._pipeline = TracePipeline(settings, sink)
+
+    @property
+    def run(self) -> RunLike:
+        """The ``trackio.Run`` this exporter logs into."""
+        return self._pipeline.sink.run
+
+    @property
+    def key(self) -> str:
+        """The Trackio key the Traces are logged under."""
+        return self.settings.key
+
+    @property
+    def stats(self) -> ExportStats:
+        """What this exporter did so far (samples logged, partial, lost, ...)."""
+        return self._pipeline.stats
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Buffer the spans and log every sample they complete, durably. Never raises."""
+        if self._pipeline.closed:
+            return SpanExportResult.FAILURE
+        try:
+            records = [record_from_readable_span(s) for s in spans]
+        except Exception as exc:  # noqa: BLE001 - export() must never raise
+            self._pipeline.stats.failed_exports += 1
+            _logger.warning("otel-trackio: could not read %d spans: %r", len(spans), exc)
+            return SpanExportResult.FAILURE
+        return self.export_records(records)
+
+    def export_records(
+        self, records: Iterable[SpanRecord], timeout_seconds: float = 30.0
+    ) -> SpanExportResult:
+        """Like ``export`` for span records already decoded (from OTLP, a spool, a test)."""
+        ok = self._pipeline.add(records, timeout_seconds)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Log every open sample now, as partial. Returns False when that failed or timed out."""
+        return self._pipeline.flush(max(0.0, timeout_millis / 1000))
+
+    def shutdown(self, timeout_millis: int = 30000, **kwargs: Any) -> None:
+        """Log open samples as partial, then finish the run if this exporter started it.
+
+        Idempotent; waits at most ``timeout_millis`` for an export in progress.
+        """
+        self._pipeline.close(max(0.0, timeout_millis / 1000))

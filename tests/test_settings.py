@@ -1,0 +1,164 @@
+"""TrackioSettings: one place for every setting; the README table, the environment and the code
+agree, and every consumer honours the names it sets."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import trackio
+from conftest import read_traces
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from otel_trackio import (
+    StepSampler,
+    TrackioConfigError,
+    TrackioSettings,
+    TrackioSpanExporter,
+    environment_variables,
+    rollout,
+)
+from otel_trackio import _trackio as trackio_door
+from otel_trackio.settings import environment_variables as settings_variables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _configuration_rows() -> list[list[str]]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+
+
+def _readme_default(value: object) -> str:
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, float) and value.is_integer():
+        return f"`{int(value)}`"
+    return f"`{value}`"
+
+
+def test_every_setting_with_a_variable_is_in_the_readme_table_with_its_default():
+    rows = _configuration_rows()
+    defaults = TrackioSettings()
+    for name, variable in settings_variables().items():
+        matching = [r for r in rows if f"`{name}`" in r[0]]
+        assert matching, f"README configuration table has no row for {name}"
+        _, env_cell, default_cell = matching[0][:3]
+        assert f"`{variable}`" in env_cell, (name, env_cell)
+        default = getattr(defaults, name)
+        if default is not None and not isinstance(default, dict):
+            assert _readme_default(default) in default_cell, (name, default_cell)
+
+
+def test_every_variable_is_declared_once_and_read_by_a_setting():
+    declared = {n for n in dir(environment_variables) if n.startswith("OTEL_")}
+    assert declared == set(settings_variables().values())
+    readme = (ROOT / "README.md").read_text()
+    mentioned = set(re.findall(r"OTEL_EXPORTER_TRACKIO_[A-Z_]+", readme))
+    assert mentioned <= declared, mentioned - declared
+
+
+def test_from_env_reads_every_kind_and_names_a_bad_variable():
+    settings = TrackioSettings.from_env(
+        {
+            "OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTRIBUTES": "ids=input, out=output",
+            "OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS": "yes",
+            "OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP": "4",
+            "OTEL_EXPORTER_TRACKIO_KEY": "  spaced/key  ",
+        },
+        key="argument/wins",
+    )
+    assert settings.token_id_attributes == {"ids": "input", "out": "output"}
+    assert settings.log_distributions is True
+    assert settings.max_samples_per_step == 4
+    assert settings.key == "argument/wins"
+    for variable, value in [
+        ("OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTRIBUTES", "ids=sideways"),
+        ("OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS", "maybe"),
+        ("OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP", "-1"),
+    ]:
+        with pytest.raises(TrackioConfigError, match=variable):
+            TrackioSettings.from_env({variable: value})
+
+
+def test_bad_arguments_name_the_setting_and_settings_are_frozen():
+    with pytest.raises(TrackioConfigError, match="max_buffered_spans=0"):
+        TrackioSettings(max_buffered_spans=0)
+    with pytest.raises(TrackioConfigError, match="token_id_attributes"):
+        TrackioSettings(token_id_attributes={"ids": "left"})
+    settings = TrackioSettings()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.key = "x"  # type: ignore[misc]
+    given = {"ids": "input"}
+    settings = TrackioSettings(token_id_attributes=given)
+    given["ids"] = "output"
+    assert settings.token_id_attributes == {"ids": "input"}
+
+
+def test_unknown_options_go_to_trackio_init(project):
+    exporter = TrackioSpanExporter(project, "r", key="k/t", config={"lr": 0.5})
+    try:
+        assert exporter.settings.key == "k/t"
+        assert exporter.settings.trackio_init == {"config": {"lr": 0.5}}
+        assert exporter.run.config["lr"] == 0.5
+    finally:
+        exporter.shutdown()
+
+
+def test_rollout_and_step_sampler_use_the_configured_attribute_names(project):
+    exporter = TrackioSpanExporter(
+        project, "r", step_attribute="global_step", sample_attribute="prompt_index"
+    )
+    provider = TracerProvider(sampler=StepSampler(1))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    for step in (3, 4):
+        for index in range(3):
+            with rollout(step, index, tracer_provider=provider) as span:
+                assert span.is_recording() == (index == 0)
+    provider.shutdown()
+    traces = read_traces(project, "r")
+    assert [(t["step"], t["metadata"]["sample_index"]) for t in traces] == [(3, 0), (4, 0)]
+    root = traces[0]["spans"][0]["metadata"]
+    assert root["global_step"] == 3 and root["prompt_index"] == 0
+
+
+class _PublicOnlyRun:
+    """A run showing only Trackio's public surface (what a future Trackio might keep)."""
+
+    def __init__(self, run: trackio.Run) -> None:
+        self._run = run
+        self.project = run.project
+        self.name = run.name
+
+    def log(self, metrics: dict, step: int | None = None) -> None:
+        self._run.log(metrics, step=step)
+
+    def finish(self) -> None:
+        self._run.finish()
+
+
+def test_a_run_without_trackio_internals_stores_every_sample_and_says_what_is_lost(project, caplog):
+    real = trackio.init(project=project, name="public", resume="never")
+    trackio_door._warned.clear()
+    exporter = TrackioSpanExporter(run=_PublicOnlyRun(real))
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    with caplog.at_level(logging.WARNING, logger="otel_trackio"):
+        for index in range(5):
+            with tracer.start_as_current_span(
+                "rollout", attributes={"step": 1, "sample_index": index}
+            ):
+                pass
+        provider.shutdown()
+    real.finish()  # the user's run: the exporter never finishes it
+    assert len(read_traces(project, "public")) == 5
+    lost = [r.getMessage() for r in caplog.records if "lacks" in r.getMessage()]
+    assert len(lost) == 1, lost
+    assert "no longer written to storage before export() returns" in lost[0]
