@@ -4,7 +4,10 @@ The driver starts the OTLP receiver (what ``otel-trackio serve`` runs); each Ray
 official OTLP/HTTP exporters pointed at it and traces its rollouts with ``step`` and
 ``sample_index``. Needs Ray: ``pip install 'otel-trackio[ray]'``.
 
-    python examples/ray_rollouts.py [--project NAME] [--workers 4]
+    python examples/ray_rollouts.py [--project NAME] [--workers 4] [--num-cpus 4]
+
+Without ``RAY_ADDRESS`` it starts a local Ray (``ray.init(num_cpus=...)``, no dashboard, on
+127.0.0.1); with it, it joins that cluster.
 
 Multi-node clusters: actors on other nodes cannot reach 127.0.0.1 of the driver. Either
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 
@@ -137,6 +141,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 for a multi-node cluster")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token", default=None, help="required with a non-loopback --host")
+    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray")
     args = parser.parse_args()
 
     from otel_trackio.receiver import OTLPReceiver, is_loopback
@@ -144,7 +149,11 @@ def main() -> None:
     receiver = OTLPReceiver(
         args.project, args.name, host=args.host, port=args.port, token=args.token, report=print
     ).start()
-    ray.init()
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()  # join the cluster RAY_ADDRESS names
+    else:
+        local = {"_node_ip_address": "127.0.0.1"} if is_loopback(args.host) else {}
+        ray.init(num_cpus=args.num_cpus or args.workers, include_dashboard=False, **local)
     host = args.host if is_loopback(args.host) else ray.util.get_node_ip_address()
     url = f"http://{host}:{receiver.port}"
     workers = [RolloutWorker.remote(url, k, args.token) for k in range(args.workers)]

@@ -15,6 +15,7 @@ from .metric_exporter import MetricExportStats, TrackioMetricExporter
 from .sampling import StepSampler
 from .settings import TrackioConfigError, TrackioSettings
 from .span_exporter import ExportStats, TrackioSpanExporter
+from .span_processor import OpenSampleTracker, TrackioSpanProcessor
 from .validation import log_generations
 
 __version__ = "0.1.0"
@@ -22,11 +23,13 @@ __version__ = "0.1.0"
 __all__ = [
     "ExportStats",
     "MetricExportStats",
+    "OpenSampleTracker",
     "StepSampler",
     "TrackioConfigError",
     "TrackioMetricExporter",
     "TrackioSettings",
     "TrackioSpanExporter",
+    "TrackioSpanProcessor",
     "TrackioTelemetry",
     "__version__",
     "configure",

@@ -62,6 +62,8 @@ class _OpenTrace:
     # Complete samples of this trace not emitted yet, by root span id; and every span id in them.
     held: dict[int, _Held] = field(default_factory=dict)
     held_spans: dict[int, _Held] = field(default_factory=dict)
+    # Held samples whose root's parent lives in another process, by that parent's span id.
+    held_by_remote_parent: dict[int, list[_Held]] = field(default_factory=dict)
 
 
 class SampleAssembler:
@@ -137,8 +139,12 @@ class SampleAssembler:
             if not self._buffer(record, now, out):
                 continue
             trace = self._traces[record.trace_id]
+            if trace.held_by_remote_parent:
+                self._adopt(trace, record)
             held = trace.held_spans.get(record.parent_id) if record.parent_id is not None else None
-            if held is not None and not record.parent_is_remote:
+            if held is not None:
+                # Its sample is complete and held (in the OTLP receiver, possibly across a
+                # process boundary: a model server continuing the rollout's trace).
                 self._join(trace, held, record)
             elif (
                 self._late_identity(record) is not None
@@ -234,8 +240,7 @@ class SampleAssembler:
         )
 
     def _late_identity(self, record: SpanRecord) -> SampleIdentity | None:
-        if record.parent_is_remote:
-            return None
+        # A remote parent counts too: the OTLP receiver gets the spans of every process.
         return self._emitted_identity(record.trace_id, record.parent_id)
 
     def _emitted_identity(self, trace_id: int, span_id: int | None) -> SampleIdentity | None:
@@ -272,10 +277,25 @@ class SampleAssembler:
         trace.held[root.span_id] = held
         for span in spans:
             trace.held_spans[span.span_id] = held
+        if root.parent_is_remote and root.parent_id is not None:
+            trace.held_by_remote_parent.setdefault(root.parent_id, []).append(held)
         self._held[(root.trace_id, root.span_id)] = held
         if root.is_local_root:
             self._give_step_to_waiting(trace, spans)
         return []
+
+    def _adopt(self, trace: _OpenTrace, parent: SpanRecord) -> None:
+        """``parent`` arrived while samples rooted at its remote children are held (the OTLP
+        receiver gets every process's spans): they go back to the buffer, below their parent."""
+        for held in trace.held_by_remote_parent.pop(parent.span_id, ()):
+            if trace.held.pop(held.root.span_id, None) is None:
+                continue
+            self._held.pop((held.trace_id, held.root.span_id), None)
+            for span in held.spans:
+                trace.held_spans.pop(span.span_id, None)
+                trace.spans[span.span_id] = span
+                if span.parent_id is not None and span.parent_id != span.span_id:
+                    trace.children.setdefault(span.parent_id, []).append(span.span_id)
 
     def _join(self, trace: _OpenTrace, held: _Held, record: SpanRecord) -> None:
         """A span (and what hangs below it) arriving while its sample is held joins it."""
@@ -311,6 +331,12 @@ class SampleAssembler:
             trace.held.pop(held.root.span_id, None)
             for span in held.spans:
                 trace.held_spans.pop(span.span_id, None)
+            if held.root.parent_is_remote and held.root.parent_id is not None:
+                siblings = trace.held_by_remote_parent.get(held.root.parent_id, [])
+                if held in siblings:
+                    siblings.remove(held)
+                if not siblings:
+                    trace.held_by_remote_parent.pop(held.root.parent_id, None)
             self._forget_if_empty(held.trace_id, trace)
         self._buffered -= len(held.spans)
         identity = self._identify(held.spans, held.root, ancestor_step=held.ancestor_step)

@@ -39,6 +39,7 @@ from .metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
 from .sampling import step_sampler
 from .settings import TrackioSettings, activate, settings_for
 from .span_exporter import TrackioSpanExporter
+from .span_processor import TrackioSpanProcessor
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -362,7 +363,7 @@ def configure(
             span_exporter = TrackioSpanExporter(run=sink.run, settings=chosen)
             # A deep queue: a burst of spans faster than Trackio writes waits instead of being
             # dropped by the SDK (64k spans is a few tens of MB at most).
-            processor = BatchSpanProcessor(span_exporter, max_queue_size=_SPAN_QUEUE_SIZE)
+            processor = TrackioSpanProcessor(span_exporter, max_queue_size=_SPAN_QUEUE_SIZE)
             metric_exporter = (
                 TrackioMetricExporter(run=sink.run, settings=chosen)
                 if metrics and installed.reader is not None

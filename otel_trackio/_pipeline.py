@@ -2,8 +2,9 @@
 
 ``TracePipeline.add(records)`` buffers span records in a :class:`SampleAssembler`, converts every
 sample that is due (:func:`sample_to_trace`), logs them with one ``run.log({key: [...]},
-step=s)`` per step, and writes them to Trackio's storage before it returns. The
-in-process :class:`~otel_trackio.TrackioSpanExporter` and the OTLP receiver both feed one.
+step=s)`` per step, and writes them to Trackio's storage before it returns. A timer thread does
+the same for samples whose grace period or TTL ends while no data comes. The in-process
+:class:`~otel_trackio.TrackioSpanExporter` and the OTLP receiver both feed one.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,11 @@ class TracePipeline:
     Args:
         settings: what to read and how (attribute names, limits, key, decoder).
         sink: the Trackio run to log into.
+        grace_seconds: how long a completed sample waits for spans arriving after its root
+            (the caller resolves ``settings.sample_grace_seconds``: its default depends on the
+            path, see :func:`grace_seconds`).
         open_samples: where the identity of sample roots still open is looked up at a flush.
+        clock: monotonic seconds (the assembler's and the timer's).
     """
 
     def __init__(
@@ -55,14 +60,23 @@ class TracePipeline:
         settings: TrackioSettings,
         sink: TrackioSink,
         *,
+        grace_seconds: float = 0.0,
         open_samples: OpenSampleLookup | None = OPEN_SAMPLES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.sink = sink
-        self.assembler = SampleAssembler(settings, open_samples=open_samples)
+        self.assembler = SampleAssembler(
+            settings, grace_seconds=grace_seconds, open_samples=open_samples, clock=clock
+        )
         self.stats = ExportStats()
+        self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
+        # The expiry timer: runs while something is held or open, sleeps until it is due.
+        self._timer: threading.Thread | None = None
+        self._timer_due: float | None = None
+        self._wake = threading.Event()
         self._warned: set[str] = set()
         # Samples logged since storage was last written (lost if that write fails).
         self._unwritten = 0
@@ -87,6 +101,7 @@ class TracePipeline:
             samples = self.assembler.add(records)
             samples.extend(self.assembler.expire())
             logged = self._log(samples)
+            self._schedule()
             # Write them now (the caller's export thread): an export that returned SUCCESS
             # survives a crash, and a disk that is full or read-only shows up as a failure.
             return self._write(timeout_seconds) and logged
@@ -116,6 +131,7 @@ class TracePipeline:
             if self._closed:
                 return
             self._closed = True
+            self._wake.set()  # the timer sees the flag and ends
             if acquired:
                 self._flush_all(timeout_seconds)
             else:
@@ -133,6 +149,56 @@ class TracePipeline:
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
         return self._closed
+
+    # -- the expiry timer ---------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        """Make sure the timer wakes when the assembler next has something due (lock held)."""
+        due = self.assembler.next_due()
+        if due is None or self._closed:
+            return
+        if self._timer is None:
+            self._timer_due = due
+            self._timer = threading.Thread(
+                target=self._run_timer, name="otel-trackio-expiry", daemon=True
+            )
+            self._timer.start()
+        elif self._timer_due is None or due < self._timer_due:
+            self._timer_due = due
+            self._wake.set()
+
+    def _run_timer(self) -> None:
+        """Log samples whose grace period or TTL ended, when they end, even if no data comes."""
+        while True:
+            with self._lock:
+                due = None if self._closed else self.assembler.next_due()
+                if due is None:
+                    self._timer = self._timer_due = None
+                    return
+                self._timer_due = due
+                self._wake.clear()
+            delay = due - self._clock()
+            if delay > 0:
+                self._wake.wait(delay)
+                continue  # woken early (a nearer due time, or closing): look again
+            self.expire()
+
+    def expire(self, timeout_seconds: float = 30.0) -> bool:
+        """Log, durably, the held samples whose grace period ended and the traces idle past the
+        TTL. The timer calls it; so can anyone. False on a failure (warned); never raises."""
+        if not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
+            return False
+        try:
+            if self._closed:
+                return False
+            logged = self._log(self.assembler.expire())
+            return self._write(timeout_seconds) and logged
+        except Exception as exc:  # noqa: BLE001 - a timer thread must not die of one sample
+            self.stats.failed_exports += 1
+            self._warn("expire", f"logging expired samples failed: {exc!r}")
+            return False
+        finally:
+            self._lock.release()
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -237,3 +303,19 @@ class TracePipeline:
             "held_samples": self.assembler.held_samples,
             "open_traces": self.assembler.open_traces,
         }
+
+
+RECEIVER_GRACE_SECONDS = 5.0
+"""The OTLP receiver's default grace period: one default ``BatchSpanProcessor`` schedule delay
+(``OTEL_BSP_SCHEDULE_DELAY``, 5 s), the longest a span of another process sharing the sample's
+trace can trail its root when both use the SDK defaults. Concurrent batches of one client and
+Collector batches (200 ms) trail by far less."""
+
+
+def grace_seconds(settings: TrackioSettings, *, receiver: bool) -> float:
+    """The grace period a path runs with: the setting, else 0 in process (one process's
+    ``BatchSpanProcessor`` delivers a sample's children before its root) and
+    :data:`RECEIVER_GRACE_SECONDS` in the OTLP receiver."""
+    if settings.sample_grace_seconds is not None:
+        return settings.sample_grace_seconds
+    return RECEIVER_GRACE_SECONDS if receiver else 0.0

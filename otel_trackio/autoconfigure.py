@@ -39,6 +39,7 @@ from .metric_exporter import DEFAULT_TEMPORALITY, MetricExportStats, TrackioMetr
 from .sampling import step_sampler
 from .settings import TrackioConfigError, TrackioSettings
 from .span_exporter import TrackioSpanExporter
+from .span_processor import OpenSampleTracker
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -90,6 +91,10 @@ class TrackioEnvSpanExporter(SpanExporter):
         # so it runs before it: every span still queued is logged while the run is open.
         provider = trace.get_tracer_provider()
         self._exit_provider = provider if isinstance(provider, TracerProvider) else None
+        if self._exit_provider is not None:
+            # The configurator builds its own BatchSpanProcessor around this exporter: record
+            # sample roots as they start beside it, so open samples keep their identity.
+            self._exit_provider.add_span_processor(OpenSampleTracker(settings.sample_attribute))
         atexit.register(self._flush_at_exit)
 
     @property

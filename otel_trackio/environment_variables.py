@@ -56,3 +56,7 @@ OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP = "OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_
 
 OTEL_EXPORTER_TRACKIO_SAMPLING_SEED = "OTEL_EXPORTER_TRACKIO_SAMPLING_SEED"
 """Seed of the per-step sampler's choice. Default ``0``."""
+
+OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS = "OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS"
+"""How long a completed sample waits for spans arriving after its root. Default: 0 in process, 5 in
+the OTLP receiver."""

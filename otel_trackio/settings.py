@@ -121,6 +121,9 @@ _OPTIONAL_TEXT = _Kind(
 )
 _RESUME_KIND = _Kind("expected never, allow or must", lambda v: v is None or v in _RESUME, _choice)
 _SECONDS = _Kind("expected a number >= 0", lambda v: _is_number(v) and v >= 0, float)
+_OPTIONAL_SECONDS = _Kind(
+    "expected a number >= 0, or None", lambda v: v is None or (_is_number(v) and v >= 0), float
+)
 _COUNT = _Kind("expected an integer >= 1", lambda v: _is_int(v) and v >= 1, int)
 _CAP = _Kind(
     "expected an integer >= 0, or None", lambda v: v is None or (_is_int(v) and v >= 0), int
@@ -156,6 +159,9 @@ class TrackioSettings:
         key: the Trackio key the Traces are logged under.
         step_attribute, sample_attribute: span attribute names of the step and sample index.
         sample_ttl_seconds: a trace idle this long is logged as partial.
+        sample_grace_seconds: how long a completed sample waits for spans of it arriving after
+            its root (None: 0 in process, where children always come first; 5 s in the OTLP
+            receiver, where batches from several processes and Collectors arrive in any order).
         max_buffered_spans: past this many waiting spans the oldest samples go out as partial.
         max_value_chars: longer strings are cut with a visible marker.
         token_decoder: turns token id lists on spans into text (on the export thread).
@@ -182,6 +188,9 @@ class TrackioSettings:
     )
     sample_ttl_seconds: float = _setting(
         300.0, _SECONDS, env.OTEL_EXPORTER_TRACKIO_SAMPLE_TTL_SECONDS
+    )
+    sample_grace_seconds: float | None = _setting(
+        None, _OPTIONAL_SECONDS, env.OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS
     )
     max_buffered_spans: int = _setting(
         100_000, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS

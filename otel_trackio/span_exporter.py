@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ._pipeline import ExportStats, TracePipeline
+from ._pipeline import ExportStats, TracePipeline, grace_seconds
 from ._records import SpanRecord, record_from_readable_span
 from ._trackio import RunLike, TrackioSink
 from .settings import TrackioSettings, activate, settings_for
@@ -58,7 +58,9 @@ class TrackioSpanExporter(SpanExporter):
         sink = TrackioSink(
             settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
         )
-        self._pipeline = TracePipeline(settings, sink)
+        self._pipeline = TracePipeline(
+            settings, sink, grace_seconds=grace_seconds(settings, receiver=False)
+        )
 
     @property
     def run(self) -> RunLike:

@@ -451,7 +451,7 @@ def test_resource_attributes_route_to_their_own_project(project, start_receiver)
 
 
 def test_summary_line_only_while_data_flows(project, start_receiver):
-    receiver = start_receiver()
+    receiver = start_receiver(sample_grace_seconds=0)
     now = [100.0]
     summary = Summary(receiver.router, clock=lambda: now[0])
     now[0] += 2

@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry.sdk.metrics.export import MetricExportResult
 
 from .._open_samples import OpenSampleRegistry
-from .._pipeline import TracePipeline
+from .._pipeline import TracePipeline, grace_seconds
 from .._trackio import TrackioSink
 from ..metric_exporter import TrackioMetricExporter
 from ..settings import TrackioSettings, split_options
@@ -62,7 +62,12 @@ class _Destination:
     def __init__(self, settings: TrackioSettings) -> None:
         sink = TrackioSink(settings.project, settings.name, init_kwargs=settings.init_kwargs)
         # OTLP carries ended spans only: no open sample roots are known here.
-        self.spans = TracePipeline(settings, sink, open_samples=OpenSampleRegistry())
+        self.spans = TracePipeline(
+            settings,
+            sink,
+            grace_seconds=grace_seconds(settings, receiver=True),
+            open_samples=OpenSampleRegistry(),
+        )
         try:
             self.metrics = TrackioMetricExporter(settings.project, settings.name, settings=settings)
         except BaseException:
@@ -206,11 +211,6 @@ class Router:
 
     # -- housekeeping ----------------------------------------------------------------------
 
-    def expire_idle(self) -> None:
-        """Log samples idle past their TTL (otherwise only the next export would notice)."""
-        for route in self._open_routes():
-            route.spans.add(())
-
     def totals(self) -> dict[str, int]:
         """Counters for the summary line: received, logged and rejected so far."""
         routes = self._open_routes(include_closed=True)
@@ -221,6 +221,7 @@ class Router:
             "points": stats.points_received,
             "samples": sum(p.spans.stats.samples_logged for p in routes),
             "partial": sum(p.spans.stats.partial_samples for p in routes),
+            "waiting": sum(p.spans.assembler.held_samples for p in routes),
             "metrics": sum(p.metrics.stats.values_logged for p in routes),
             "rejected": stats.rejected_items + stats.rejected_requests,
             "runs": len(routes),
@@ -267,6 +268,7 @@ class Summary:
         rate = (totals["spans"] - previous["spans"]) / elapsed
         return (
             f"otel-trackio: {rate:.1f} spans/s, {totals['samples']} samples logged "
-            f"({totals['partial']} partial), {totals['metrics']} metrics logged, "
+            f"({totals['partial']} partial, {totals['waiting']} in their grace period), "
+            f"{totals['metrics']} metrics logged, "
             f"{totals['rejected']} rejected, {totals['runs']} run(s)"
         )

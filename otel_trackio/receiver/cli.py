@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def _print(line: str) -> None:
@@ -40,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest body, compressed or decompressed, in MiB (default 20)",
     )
     serve.add_argument(
+        "--sample-grace-seconds",
+        type=float,
+        default=None,
+        help="how long a completed sample waits for its spans arriving after its root "
+        "(default 5, or OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS)",
+    )
+    serve.add_argument(
         "--summary-seconds",
         type=float,
         default=5.0,
@@ -52,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
+        from ..settings import TrackioSettings
         from .server import OTLPReceiver
     except ImportError as exc:  # pragma: no cover - depends on the install
         print(
@@ -60,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    overrides: dict[str, Any] = {}
+    if args.sample_grace_seconds is not None:
+        overrides["sample_grace_seconds"] = args.sample_grace_seconds
     try:
         receiver = OTLPReceiver(
             args.project,
@@ -70,8 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_body_bytes=max(1, int(args.max_body_mb * 1024 * 1024)),
             summary_interval=args.summary_seconds,
             report=_print,
+            settings=TrackioSettings.from_env(**overrides),
         )
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # TrackioConfigError is a ValueError
         print(f"otel-trackio serve: {exc}", file=sys.stderr)
         return 2
     receiver.serve_forever()

@@ -15,6 +15,7 @@ from typing import Any
 
 import uvicorn
 
+from ..settings import TrackioSettings
 from ._routing import Router, Summary
 from .app import DEFAULT_MAX_BODY_BYTES, create_app
 
@@ -54,7 +55,9 @@ class OTLPReceiver:
         report: where the start-up and summary lines go (default: the ``otel_trackio.receiver``
             logger at INFO).
         max_routes: at most this many (project, run) pairs.
-        **trackio_init_kwargs: passed to ``trackio.init``.
+        settings: a :class:`~otel_trackio.TrackioSettings` for every route.
+        **options: settings by name (``sample_grace_seconds``, ``key``, ...); anything else is
+            passed to ``trackio.init``.
     """
 
     def __init__(
@@ -69,7 +72,8 @@ class OTLPReceiver:
         summary_interval: float = 5.0,
         report: Callable[[str], None] | None = None,
         max_routes: int = 64,
-        **trackio_init_kwargs: Any,
+        settings: TrackioSettings | None = None,
+        **options: Any,
     ) -> None:
         if not token and not is_loopback(host):
             raise ValueError(
@@ -88,7 +92,9 @@ class OTLPReceiver:
         self._socket = _bind(host, port)
         self.port: int = self._socket.getsockname()[1]
         try:
-            self.router = Router(project, name, max_routes=max_routes, **trackio_init_kwargs)
+            self.router = Router(
+                project, name, settings=settings, max_routes=max_routes, **options
+            )
         except BaseException:
             self._socket.close()
             raise
@@ -214,7 +220,6 @@ class OTLPReceiver:
         summary = Summary(self.router)
         while not self._stop_summary.wait(self.summary_interval):
             try:
-                self.router.expire_idle()
                 line = summary.line()
             except Exception as exc:  # noqa: BLE001 - a summary must never stop the server
                 _logger.debug("otel-trackio: summary failed: %r", exc)
