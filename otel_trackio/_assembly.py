@@ -120,6 +120,13 @@ class SampleAssembler:
         """How many complete samples wait for their grace period or their step."""
         return len(self._held)
 
+    def records(self) -> Iterator[SpanRecord]:
+        """Every span record waiting here: buffered for a root, or held in a complete sample."""
+        for trace in self._traces.values():
+            yield from trace.spans.values()
+            for held in trace.held.values():
+                yield from held.spans
+
     def next_due(self) -> float | None:
         """Clock time at which :meth:`expire` has something to do (None: nothing held or open)."""
         due = [h.due for h in self._held.values() if not h.waits_for_step][:1]

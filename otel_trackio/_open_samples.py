@@ -46,6 +46,16 @@ class OpenSampleRegistry:
         """The attributes of a started, not yet ended sample root, if it was registered."""
         return self._open.get((trace_id, span_id))
 
+    def snapshot(self) -> dict[tuple[int, int], Mapping[str, Any]]:
+        """A copy of every open root (to hand to another process)."""
+        with self._lock:
+            return dict(self._open)
+
+    def update(self, roots: Mapping[tuple[int, int], Mapping[str, Any]]) -> None:
+        """Register many roots at once (what another process's :meth:`snapshot` gave)."""
+        with self._lock:
+            self._open.update(roots)
+
     def __len__(self) -> int:
         return len(self._open)
 

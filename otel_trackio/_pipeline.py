@@ -40,6 +40,7 @@ class ExportStats:
     samples_lost: int = 0
     conversion_errors: int = 0
     evicted_samples: int = 0
+    already_stored: int = 0
 
 
 class TracePipeline:
@@ -77,6 +78,8 @@ class TracePipeline:
         self._timer: threading.Thread | None = None
         self._timer_due: float | None = None
         self._wake = threading.Event()
+        # While a spool drainer replays entries after a crash: samples already in Trackio.
+        self.already_stored: Callable[[Sample], bool] | None = None
         self._warned: set[str] = set()
         # Samples logged since storage was last written (lost if that write fails).
         self._unwritten = 0
@@ -123,17 +126,20 @@ class TracePipeline:
         finally:
             self._lock.release()
 
-    def close(self, timeout_seconds: float = 30.0) -> None:
-        """Flush, then release the run (finished when this package started it). Idempotent;
-        waits at most ``timeout_seconds`` for work in progress."""
+    def close(self, timeout_seconds: float = 30.0, *, flush: bool = True) -> None:
+        """Flush (unless ``flush=False``: a spool keeps what is open), then release the run
+        (finished when this package started it). Idempotent; waits at most ``timeout_seconds``
+        for work in progress."""
         acquired = self._lock.acquire(timeout=max(0.0, timeout_seconds))
         try:
             if self._closed:
                 return
             self._closed = True
             self._wake.set()  # the timer sees the flag and ends
-            if acquired:
+            if acquired and flush:
                 self._flush_all(timeout_seconds)
+            elif acquired:
+                self._write(timeout_seconds)
             else:
                 self._warn(
                     "shutdown",
@@ -217,6 +223,10 @@ class TracePipeline:
             return True
         by_step: dict[int, list[tuple[Sample, TraceDict]]] = {}
         evicted = 0
+        if self.already_stored is not None:
+            fresh = [s for s in samples if not self.already_stored(s)]
+            self.stats.already_stored += len(samples) - len(fresh)
+            samples = fresh
         for sample in samples:
             by_step.setdefault(sample.identity.step, []).append((sample, self._convert(sample)))
             # Hand the GIL over between samples: a rollout thread waking from a model call
@@ -295,6 +305,11 @@ class TracePipeline:
             return
         self._warned.add(kind)
         _logger.warning("otel-trackio: %s", message)
+
+    def buffered_records(self) -> list[SpanRecord]:
+        """Every span record waiting here (for a sample's root, or held in a grace period)."""
+        with self._lock:
+            return list(self.assembler.records())
 
     def describe(self) -> dict[str, Any]:
         """Counts for summaries: buffered spans, held samples, open traces."""

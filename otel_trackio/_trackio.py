@@ -40,8 +40,10 @@ borrowed is never finished.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import trackio
@@ -125,6 +127,20 @@ def reserved_keys() -> frozenset[str]:
         _lost("trackio.utils.RESERVED_KEYS", "using the reserved metric names of Trackio 0.43")
         return FALLBACK_RESERVED_KEYS
     return frozenset(keys)
+
+
+def trackio_dir() -> Path:
+    """Trackio's folder (``TRACKIO_DIR``, else its default)."""
+    folder = getattr(getattr(trackio, "utils", None), "TRACKIO_DIR", None)
+    if folder is None:
+        _lost("trackio.utils.TRACKIO_DIR", "spools default to ~/.cache/huggingface/trackio")
+        folder = os.environ.get("TRACKIO_DIR") or Path.home() / ".cache/huggingface/trackio"
+    return Path(folder)
+
+
+def is_remote(run: RunLike) -> bool:
+    """True when ``run`` logs to a Trackio server or Space rather than local storage."""
+    return getattr(run, "_is_local", True) is False
 
 
 def histogram(counts: Sequence[int], edges: Sequence[float]) -> Any:
@@ -289,7 +305,7 @@ class TrackioSink:
         before they return, and returns True.
         """
         run = self.run
-        if getattr(run, "_is_local", True) is False:
+        if is_remote(run):
             return True  # a Trackio server or Space: Trackio's client sends it
         flush: Callable[[], None] | None = getattr(run, "_flush_queues_inline", None)
         lock: Any = getattr(run, "_client_lock", None)
@@ -361,6 +377,32 @@ class TrackioSink:
             except Exception as exc:  # noqa: BLE001 - finishing must not crash the user's program
                 _logger.warning("otel-trackio: finishing Trackio run failed: %s", exc)
             _forget_active_run(owned.run)
+
+
+def stored_span_sets(sink: TrackioSink, key: str, step: int) -> set[frozenset[str]]:
+    """The span ids of each Trace stored under ``key`` at ``step`` in the sink's run (to tell a
+    sample already logged before a crash). Empty for a remote run (Trackio server or Space):
+    its storage cannot be read here, so a crash there can log a sample twice."""
+    if is_remote(sink.run):
+        _lost(
+            "local storage for this run",
+            "after a writer crash, samples of a remote run may be logged twice",
+        )
+        return set()
+    from trackio.sqlite_storage import SQLiteStorage
+
+    try:
+        rows = SQLiteStorage.get_traces(sink.project, sink.run_name, step=step)
+    except Exception as exc:  # noqa: BLE001 - no lookup: log it (a duplicate beats a loss)
+        _logger.warning("otel-trackio: could not read stored traces: %r", exc)
+        return set()
+    out: set[frozenset[str]] = set()
+    for row in rows:
+        if row.get("key") != key:
+            continue
+        spans = row.get("spans") or []
+        out.add(frozenset(str(s.get("id")) for s in spans if isinstance(s, Mapping)))
+    return out
 
 
 def _matches(run: RunLike, project: str | None, name: str | None) -> bool:

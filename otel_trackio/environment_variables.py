@@ -60,3 +60,12 @@ OTEL_EXPORTER_TRACKIO_SAMPLING_SEED = "OTEL_EXPORTER_TRACKIO_SAMPLING_SEED"
 OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS = "OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS"
 """How long a completed sample waits for spans arriving after its root. Default: 0 in process, 5 in
 the OTLP receiver."""
+
+OTEL_EXPORTER_TRACKIO_OFFLOAD = "OTEL_EXPORTER_TRACKIO_OFFLOAD"
+"""``true``: the span exporter only spools compact records; a writer process logs them."""
+
+OTEL_EXPORTER_TRACKIO_SPOOL_DIR = "OTEL_EXPORTER_TRACKIO_SPOOL_DIR"
+"""Where spools live. Default: ``otel-trackio-spool`` in the Trackio folder (``TRACKIO_DIR``)."""
+
+OTEL_EXPORTER_TRACKIO_SPOOL_MAX_MB = "OTEL_EXPORTER_TRACKIO_SPOOL_MAX_MB"
+"""The bound of one spool on disk, in MiB. Default ``1024``."""

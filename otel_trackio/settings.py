@@ -124,6 +124,7 @@ _SECONDS = _Kind("expected a number >= 0", lambda v: _is_number(v) and v >= 0, f
 _OPTIONAL_SECONDS = _Kind(
     "expected a number >= 0, or None", lambda v: v is None or (_is_number(v) and v >= 0), float
 )
+_POSITIVE = _Kind("expected a number > 0", lambda v: _is_number(v) and v > 0, float)
 _COUNT = _Kind("expected an integer >= 1", lambda v: _is_int(v) and v >= 1, int)
 _CAP = _Kind(
     "expected an integer >= 0, or None", lambda v: v is None or (_is_int(v) and v >= 0), int
@@ -166,6 +167,11 @@ class TrackioSettings:
         max_value_chars: longer strings are cut with a visible marker.
         token_decoder: turns token id lists on spans into text (on the export thread).
         token_id_attributes: which span attributes hold token ids, and the side each fills.
+        offload: the span exporter only turns spans into compact records and spools them; a
+            writer process it starts converts them and logs them to Trackio.
+        spool_dir: where spools live (default: ``otel-trackio-spool`` in the Trackio folder).
+        spool_max_mb: the bound of one spool on disk; past it ``export()`` returns FAILURE (the
+            receiver answers 503 with ``Retry-After``).
     Metrics:
         log_distributions: also log histogram buckets as a ``trackio.Histogram``.
     Sampling (``configure()`` and the zero-code setup install a ``StepSampler``):
@@ -202,6 +208,10 @@ class TrackioSettings:
     token_id_attributes: Mapping[str, str] = _setting(
         DEFAULT_TOKEN_ID_ATTRIBUTES, _SIDES, env.OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTRIBUTES
     )
+
+    offload: bool = _setting(False, _BOOL, env.OTEL_EXPORTER_TRACKIO_OFFLOAD)
+    spool_dir: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_SPOOL_DIR)
+    spool_max_mb: float = _setting(1024.0, _POSITIVE, env.OTEL_EXPORTER_TRACKIO_SPOOL_MAX_MB)
 
     log_distributions: bool = _setting(False, _BOOL, env.OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS)
 

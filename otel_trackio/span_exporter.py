@@ -16,7 +16,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ._pipeline import ExportStats, TracePipeline, grace_seconds
 from ._records import SpanRecord, record_from_readable_span
-from ._trackio import RunLike, TrackioSink
+from ._spool.offload import OffloadClient, portable
+from ._trackio import RunLike, TrackioSink, is_remote
 from .settings import TrackioSettings, activate, settings_for
 
 _logger = logging.getLogger("otel_trackio")
@@ -58,6 +59,21 @@ class TrackioSpanExporter(SpanExporter):
         sink = TrackioSink(
             settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
         )
+        self._offload: OffloadClient | None = None
+        if settings.offload:
+            why_not = portable(settings)
+            if (
+                why_not is None
+                and is_remote(sink.run)
+                and not (settings.server_url or settings.space_id)
+            ):
+                why_not = "the run logs to a Trackio server that the settings do not name"
+            if why_not is None:
+                self._offload = OffloadClient(settings, sink)
+            else:
+                _logger.warning(
+                    "otel-trackio: offload=True ignored, exporting in process: %s", why_not
+                )
         self._pipeline = TracePipeline(
             settings, sink, grace_seconds=grace_seconds(settings, receiver=False)
         )
@@ -74,13 +90,29 @@ class TrackioSpanExporter(SpanExporter):
 
     @property
     def stats(self) -> ExportStats:
-        """What this exporter did so far (samples logged, partial, lost, ...)."""
+        """What this exporter did so far (samples logged, partial, lost, ...); with offload, as
+        of the writer process's last checkpoint."""
+        if self._offload is not None:
+            return self._offload.stats()
         return self._pipeline.stats
 
+    @property
+    def offloaded(self) -> OffloadClient | None:
+        """The spool and writer process when ``offload=True`` took effect, else None."""
+        return self._offload
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Buffer the spans and log every sample they complete, durably. Never raises."""
+        """Buffer the spans and log every sample they complete, durably (with ``offload``:
+        append them to the spool). Never raises."""
         if self._pipeline.closed:
             return SpanExportResult.FAILURE
+        if self._offload is not None:
+            try:
+                ok = self._offload.export(spans)
+            except Exception as exc:  # noqa: BLE001 - export() must never raise
+                _logger.warning("otel-trackio: could not spool %d spans: %r", len(spans), exc)
+                ok = False
+            return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
         try:
             records = [record_from_readable_span(s) for s in spans]
         except Exception as exc:  # noqa: BLE001 - export() must never raise
@@ -97,12 +129,18 @@ class TrackioSpanExporter(SpanExporter):
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Log every open sample now, as partial. Returns False when that failed or timed out."""
+        """Log every open sample now, as partial; True once all is durable in Trackio. False when
+        that failed or timed out."""
+        if self._offload is not None:
+            return not self._pipeline.closed and self._offload.force_flush(timeout_millis / 1000)
         return self._pipeline.flush(max(0.0, timeout_millis / 1000))
 
     def shutdown(self, timeout_millis: int = 30000, **kwargs: Any) -> None:
         """Log open samples as partial, then finish the run if this exporter started it.
 
-        Idempotent; waits at most ``timeout_millis`` for an export in progress.
+        Idempotent; waits at most ``timeout_millis`` for an export in progress (with offload:
+        for the writer to drain; what it did not drain stays spooled for the next start).
         """
+        if self._offload is not None and not self._pipeline.closed:
+            self._offload.shutdown(max(0.0, timeout_millis / 1000))
         self._pipeline.close(max(0.0, timeout_millis / 1000))

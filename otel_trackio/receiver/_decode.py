@@ -380,6 +380,17 @@ def decode_metrics(request: metrics_service_pb2.ExportMetricsServiceRequest) -> 
     return out
 
 
+def split_metrics(request: metrics_service_pb2.ExportMetricsServiceRequest) -> dict[Route, bytes]:
+    """The request's resource metrics grouped by route, each serialised as a request of its own
+    (what the receiver spools; :func:`decode_metrics` reads it back)."""
+    grouped: dict[Route, metrics_service_pb2.ExportMetricsServiceRequest] = {}
+    for resource_metrics in request.resource_metrics:
+        route = route_of(attributes(resource_metrics.resource.attributes))
+        part = grouped.setdefault(route, metrics_service_pb2.ExportMetricsServiceRequest())
+        part.resource_metrics.append(resource_metrics)
+    return {route: bytes(part.SerializeToString()) for route, part in grouped.items()}
+
+
 _DataType = Sum | Gauge | Histogram | ExponentialHistogram
 
 

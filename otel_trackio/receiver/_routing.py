@@ -1,35 +1,56 @@
-"""Routing decoded OTLP data into the same pipeline the in-process exporters use.
+"""Routing OTLP data through the spool into the same pipeline the in-process exporters use.
 
-One span :class:`~otel_trackio._pipeline.TracePipeline` + :class:`TrackioMetricExporter` pair per
-(project, run), created lazily; both share one Trackio run. Everything here blocks (Trackio
-calls), so the HTTP layer calls it from worker threads, never on the event loop.
+A request's spans and metrics are validated and decoded by the HTTP layer, then *appended to the
+receiver's spool* and answered at once; a drain thread feeds the spool into one span
+:class:`~otel_trackio._pipeline.TracePipeline` + :class:`TrackioMetricExporter` pair per
+(project, run), created lazily (both share one Trackio run). So a client never waits for Trackio,
+and when the spool is at its bound the request is refused with 503 and ``Retry-After`` (OTLP
+exporters retry) instead of data being dropped. What is not drained at shutdown stays in the spool
+and the next start with the same spool finishes it.
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import MetricExportResult
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
 from .._open_samples import OpenSampleRegistry
 from .._pipeline import TracePipeline, grace_seconds
+from .._spool import codec
+from .._spool.drain import Drainer
+from .._spool.offload import spool_root
+from .._spool.segments import Producer, SpoolFull
 from .._trackio import TrackioSink
 from ..metric_exporter import TrackioMetricExporter
 from ..settings import TrackioSettings, split_options
-from ._decode import DecodedMetrics, DecodedSpans, Route
+from ._decode import DecodedMetrics, DecodedSpans, Route, decode_metrics, split_metrics
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
+Key = tuple[str, str | None]
+"""(project, requested run name) of a route."""
+
 
 class ReceiverUnavailable(RuntimeError):
-    """The pipeline is shutting down or could not take the data; the client may retry."""
+    """The receiver is shutting down or cannot take the data now; the client may retry."""
+
+    retry_after_seconds = 5
+
+
+class ReceiverBusy(ReceiverUnavailable):
+    """The spool is at its bound: the client should retry after the drain made room."""
+
+    retry_after_seconds = 2
 
 
 @dataclass(slots=True)
@@ -54,6 +75,17 @@ class ReceiverStats:
     points_received: int = 0
     rejected_items: int = 0
     rejected_requests: int = 0
+    refused_busy: int = 0
+
+
+def receiver_spool(settings: TrackioSettings, project: str, name: str | None) -> Path:
+    """The default spool of ``otel-trackio serve --project P --name N``: one per project and run
+    under the spool folder, so a restart with the same arguments finishes what is left."""
+
+    def safe(text: str) -> str:
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "_"
+
+    return spool_root(settings) / "receiver" / safe(project) / safe(name or "_")
 
 
 class _Destination:
@@ -75,21 +107,33 @@ class _Destination:
             raise
         self.closed = False
 
-    def shutdown(self) -> None:
+    def export_metrics(self, request: bytes) -> None:
+        """Log a serialised OTLP metrics request of this route."""
+        decoded = decode_metrics(
+            metrics_service_pb2.ExportMetricsServiceRequest.FromString(request)
+        )
+        for data in decoded.by_route.values():
+            self.metrics.export(data)
+
+    def shutdown(self, *, flush: bool = True) -> None:
+        """Log open samples as partial (unless the spool keeps them: ``flush=False``) and let
+        the run go (the last holder finishes it)."""
         if self.closed:
             return
         self.closed = True
-        self.spans.close()  # logs open samples as partial
-        self.metrics.shutdown()  # the last holder of the run finishes it
+        self.spans.close(flush=flush)
+        self.metrics.shutdown()
 
 
 class Router:
-    """Decoded spans and metrics → per-(project, run) pipelines → Trackio.
+    """OTLP data → the spool → per-(project, run) pipelines → Trackio.
 
     Args:
         project, name: the server's own Trackio project and run, used when a request's resource
             carries no ``trackio.project`` / ``trackio.run``.
         settings: settings of every route (project and name set per route).
+        spool: the spool directory (default :func:`receiver_spool`); entries left in it by an
+            earlier run of the receiver are drained first.
         max_routes: at most this many (project, run) routes; data for more is rejected.
         **options: settings by name, or ``trackio.init`` keywords for every run it starts.
     """
@@ -100,19 +144,39 @@ class Router:
         name: str | None = None,
         *,
         settings: TrackioSettings | None = None,
+        spool: Path | str | None = None,
         max_routes: int = 64,
         **options: Any,
     ) -> None:
-        self.settings = split_options(options, settings)
+        chosen = split_options(options, settings)
+        if chosen.resume is None:  # a restart continues its runs (and finishes their spool)
+            chosen = dataclasses.replace(chosen, resume="allow")
+        self.settings = chosen
         self.project = project
         self.name = name
         self.max_routes = max_routes
-        self._routes: dict[tuple[str, str | None], _Destination] = {}
+        self.spool_path = Path(spool) if spool else receiver_spool(chosen, project, name)
+        self._routes: dict[Key, _Destination] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.stats = ReceiverStats()
         self._stats_lock = threading.Lock()
-        self.default = self._route_for((project, name))
+        self.producer = Producer(self.spool_path, int(chosen.spool_max_mb * 1024 * 1024))
+        try:
+            self._names = self._load_names()
+            self.default = self._route_for((project, name))
+            self._drainer = Drainer(self.spool_path, self._drain_target)
+        except BaseException:
+            self.producer.close()
+            raise
+        self._stop_draining = threading.Event()
+        self._drain_thread = threading.Thread(
+            target=self._drainer.run,
+            args=(self._stop_draining,),
+            name="otel-trackio-drain",
+            daemon=True,
+        )
+        self._drain_thread.start()
 
     # -- routing -------------------------------------------------------------------------------
 
@@ -121,13 +185,28 @@ class Router:
         """The name of the server's own run (Trackio picks one when none was given)."""
         return str(self.default.spans.sink.run_name)
 
-    def _key(self, target: Route) -> tuple[str, str | None]:
+    def _key(self, target: Route) -> Key:
         project, run = target
         return (project or self.project, run or self.name)
 
-    def _route_for(self, key: tuple[str, str | None]) -> _Destination:
+    def _load_names(self) -> dict[str, str]:
+        """Run names Trackio chose earlier for routes asked for without one (to resume them)."""
+        try:
+            names = json.loads((self.spool_path / "runs.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else {}
+
+    def _remember_name(self, key: Key, destination: _Destination) -> None:
+        if key[1] is None:
+            self._names[key[0]] = destination.spans.sink.run_name
+            (self.spool_path / "runs.json").write_text(json.dumps(self._names))
+
+    def _route_for(self, key: Key, *, accepting: bool = True) -> _Destination:
+        """The destination of ``key``, created on first use. ``accepting``: for new data, which
+        a closing receiver refuses (the drain thread still places data it accepted before)."""
         with self._lock:
-            if self._closed:
+            if accepting and self._closed:
                 raise ReceiverUnavailable("the receiver is shutting down")
             route = self._routes.get(key)
             if route is not None:
@@ -137,62 +216,83 @@ class Router:
                     f"too many Trackio runs ({self.max_routes}); trackio.project/trackio.run "
                     f"{key[0]!r}/{key[1]!r} refused"
                 )
+            name = key[1] if key[1] is not None else self._names.get(key[0])
+            settings = self.settings.with_options(project=key[0], name=name)
             # A fresh context: no user run is "active" here, and trackio.init's context
             # variables stay out of the worker thread that happens to build the route.
-            settings = self.settings.with_options(project=key[0], name=key[1])
             route = contextvars.Context().run(_Destination, settings)
             self._routes[key] = route
-            if self._routes.get((self.project, self.name)) is not route:
+            self._remember_name(key, route)
+            if key != (self.project, self.name):
                 _logger.info("otel-trackio: new route → project %r, run %r", key[0], key[1])
             return route
 
-    def _resolve(self, target: Route, items: int, outcome: Outcome) -> _Destination | None:
+    def _resolve(self, target: Route, items: int, outcome: Outcome) -> Key | None:
+        """The route's key once its destination exists; None (items rejected) when it cannot."""
+        key = self._key(target)
         try:
-            return self._route_for(self._key(target))
+            self._route_for(key)
         except ReceiverUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - a bad route must not fail the whole request
             outcome.rejected += items
             outcome.problems.append(f"{items} items rejected: {exc}")
             return None
+        return key
+
+    def _drain_target(self, route: codec.Route) -> _Destination | None:
+        project, name = route
+        if project is None:
+            return None
+        try:
+            return self._route_for((project, name), accepting=False)
+        except Exception as exc:  # noqa: BLE001 - an unknown route left in the spool
+            _logger.warning("otel-trackio: spooled data for %r dropped: %s", route, exc)
+            return None
 
     # -- data ------------------------------------------------------------------------------
 
+    def _append(self, kind: int, payload: bytes) -> None:
+        try:
+            self.producer.append(kind, payload)
+        except SpoolFull as exc:
+            with self._stats_lock:
+                self.stats.refused_busy += 1
+            raise ReceiverBusy(f"the receiver's spool is full, retry later ({exc})") from None
+        except (OSError, RuntimeError) as exc:
+            raise ReceiverUnavailable(f"the receiver cannot spool this request: {exc!r}") from None
+
     def export_spans(self, decoded: DecodedSpans) -> Outcome:
-        """Hand each route's span records to its span exporter. Blocking."""
+        """Spool each route's span records; the drain thread logs them. Raises
+        :class:`ReceiverBusy` when the spool is full."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
         for target, records in decoded.by_route.items():
-            route = self._resolve(target, len(records), outcome)
-            if route is None:
-                continue
-            if not route.spans.add(records):
-                if self._closed:
-                    raise ReceiverUnavailable("the receiver is shutting down")
-                outcome.problems.append(
-                    "some samples could not be logged to Trackio (see the receiver's log)"
-                )
+            key = self._resolve(target, len(records), outcome)
+            if key is not None:
+                self._append(codec.SPANS, codec.encode_records(records, key))
         self._count(spans=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
-    def export_metrics(self, decoded: DecodedMetrics) -> Outcome:
-        """Hand each route's ``MetricsData`` to its metric exporter. Blocking."""
+    def export_metrics(
+        self, decoded: DecodedMetrics, request: metrics_service_pb2.ExportMetricsServiceRequest
+    ) -> Outcome:
+        """Spool each route's part of a metrics request; the drain thread logs it."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
-        for target, data in decoded.by_route.items():
-            points = sum(
+        points = {
+            target: sum(
                 len(m.data.data_points)
                 for rm in data.resource_metrics
                 for sm in rm.scope_metrics
                 for m in sm.metrics
             )
-            route = self._resolve(target, points, outcome)
-            if route is None:
-                continue
-            if route.metrics.export(data) is not MetricExportResult.SUCCESS:
-                if self._closed:
-                    raise ReceiverUnavailable("the receiver is shutting down")
-                outcome.problems.append(
-                    "some metric values could not be logged to Trackio (see the receiver's log)"
-                )
+            for target, data in decoded.by_route.items()
+        }
+        for target, part in split_metrics(request).items():
+            if target not in points:
+                continue  # nothing of it was accepted
+            key = self._resolve(target, points[target], outcome)
+            if key is not None:
+                self._append(codec.METRICS, codec.encode_metrics(key, part))
         self._count(points=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
@@ -211,11 +311,20 @@ class Router:
 
     # -- housekeeping ----------------------------------------------------------------------
 
-    def totals(self) -> dict[str, int]:
-        """Counters for the summary line: received, logged and rejected so far."""
+    def backlog(self) -> tuple[int, float | None]:
+        """(bytes spooled but not yet handed to the pipelines, seconds the oldest has waited)."""
+        return self._drainer.backlog()
+
+    def drained(self) -> bool:
+        """True when everything spooled was handed to the pipelines."""
+        return self._drainer.backlog()[0] == 0
+
+    def totals(self) -> dict[str, Any]:
+        """Counters for the summary line: received, logged, waiting and rejected so far."""
         routes = self._open_routes(include_closed=True)
         with self._stats_lock:
             stats = dataclasses.replace(self.stats)
+        waiting, behind = self.backlog()
         return {
             "spans": stats.spans_received,
             "points": stats.points_received,
@@ -224,6 +333,10 @@ class Router:
             "waiting": sum(p.spans.assembler.held_samples for p in routes),
             "metrics": sum(p.metrics.stats.values_logged for p in routes),
             "rejected": stats.rejected_items + stats.rejected_requests,
+            "busy": stats.refused_busy,
+            "backlog_spans": max(0, stats.spans_received - self._drainer.stats.spans),
+            "backlog_bytes": waiting,
+            "behind_seconds": round(behind, 1) if behind is not None and waiting else 0.0,
             "runs": len(routes),
         }
 
@@ -231,21 +344,40 @@ class Router:
         with self._lock:
             return [p for p in self._routes.values() if include_closed or not p.closed]
 
-    def shutdown(self) -> None:
-        """Log every open sample as partial and finish every run the receiver started.
-
-        Idempotent; later requests get :class:`ReceiverUnavailable`.
+    def shutdown(self, drain_seconds: float = 30.0) -> bool:
+        """Stop taking data, drain the spool for up to ``drain_seconds``, then finish every
+        run. When all was drained, open samples are logged as partial; otherwise what is left
+        stays in the spool for the next start. Returns True when all was drained. Idempotent;
+        later requests get :class:`ReceiverUnavailable`.
         """
         with self._lock:
             if self._closed:
-                return
+                return self.drained()
             self._closed = True
+        deadline = time.monotonic() + max(0.0, drain_seconds)
+        while not self.drained() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._stop_draining.set()
+        self._drain_thread.join()
+        drained = self.drained()
+        with self._lock:
             routes = list(self._routes.values())
         for route in routes:
             try:
-                route.shutdown()
+                route.shutdown(flush=drained)
             except Exception as exc:  # noqa: BLE001 - finish the other runs anyway
                 _logger.warning("otel-trackio: shutting down a route failed: %r", exc)
+        self._drainer.close()
+        self.producer.close()
+        if not drained:
+            waiting, _ = self.backlog()
+            _logger.warning(
+                "otel-trackio: %d bytes not drained stay in the spool %s; the next start with "
+                "this spool (or `otel-trackio drain`) logs them",
+                waiting,
+                self.spool_path,
+            )
+        return drained
 
 
 class Summary:
@@ -266,9 +398,16 @@ class Summary:
         if totals == previous:
             return None
         rate = (totals["spans"] - previous["spans"]) / elapsed
+        backlog = ""
+        if totals["backlog_bytes"]:
+            backlog = (
+                f", backlog {totals['backlog_spans']} spans "
+                f"({totals['backlog_bytes'] / 1e6:.1f} MB, {totals['behind_seconds']} s behind)"
+            )
+        busy = f", {totals['busy']} requests refused busy (503)" if totals["busy"] else ""
         return (
             f"otel-trackio: {rate:.1f} spans/s, {totals['samples']} samples logged "
             f"({totals['partial']} partial, {totals['waiting']} in their grace period), "
             f"{totals['metrics']} metrics logged, "
-            f"{totals['rejected']} rejected, {totals['runs']} run(s)"
+            f"{totals['rejected']} rejected, {totals['runs']} run(s){backlog}{busy}"
         )

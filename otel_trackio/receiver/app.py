@@ -83,8 +83,8 @@ def create_app(
         except RequestError as exc:
             router.count_refused()
             return _error(exc.status, exc.message, encoding)
-        except ReceiverUnavailable as exc:
-            return _error(503, str(exc), encoding, {"Retry-After": "5"})
+        except ReceiverUnavailable as exc:  # shutting down, or the spool is full
+            return _error(503, str(exc), encoding, {"Retry-After": str(exc.retry_after_seconds)})
         except Exception as exc:
             _logger.exception("otel-trackio: receiver failed on a request")
             return _error(500, f"internal error: {exc!r}", encoding)
@@ -103,7 +103,7 @@ def create_app(
     ) -> metrics_service_pb2.ExportMetricsServiceResponse:
         data = decompress(body, content_encoding, max_body_bytes)
         request = parse_request(data, encoding, metrics_service_pb2.ExportMetricsServiceRequest)
-        outcome = router.export_metrics(decode_metrics(request))
+        outcome = router.export_metrics(decode_metrics(request), request)
         return metrics_response(outcome.rejected, outcome.message)
 
     async def traces(request: Request) -> Response:

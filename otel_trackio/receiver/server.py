@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -40,10 +41,12 @@ def is_loopback(host: str) -> bool:
 class OTLPReceiver:
     """An OTLP/HTTP server logging everything it receives into Trackio.
 
-    ``start()`` runs it on a background thread (``port=0`` picks a free port; see ``url``);
-    ``serve_forever()`` runs it in the calling thread until SIGINT/SIGTERM. Stopping either way
-    logs every open sample as partial and finishes the runs it started. Also a context manager
-    (``with OTLPReceiver(...).start() as r:``).
+    Requests are answered as soon as their data is in the receiver's spool; a drain thread logs
+    it to Trackio. ``start()`` runs it on a background thread (``port=0`` picks a free port; see
+    ``url``); ``serve_forever()`` runs it in the calling thread until SIGINT/SIGTERM. Stopping
+    either way stops taking data, drains the spool for up to ``drain_seconds``, logs the open
+    samples as partial and finishes the runs it started; what was not drained stays in the spool
+    for the next start. Also a context manager (``with OTLPReceiver(...).start() as r:``).
 
     Args:
         project, name: the server's Trackio project and run; a request whose resource carries
@@ -55,6 +58,8 @@ class OTLPReceiver:
         report: where the start-up and summary lines go (default: the ``otel_trackio.receiver``
             logger at INFO).
         max_routes: at most this many (project, run) pairs.
+        spool: the spool directory (default: per project and run under ``spool_dir``).
+        drain_seconds: how long stopping waits for the spool to drain.
         settings: a :class:`~otel_trackio.TrackioSettings` for every route.
         **options: settings by name (``sample_grace_seconds``, ``key``, ...); anything else is
             passed to ``trackio.init``.
@@ -72,6 +77,8 @@ class OTLPReceiver:
         summary_interval: float = 5.0,
         report: Callable[[str], None] | None = None,
         max_routes: int = 64,
+        spool: Path | str | None = None,
+        drain_seconds: float = 30.0,
         settings: TrackioSettings | None = None,
         **options: Any,
     ) -> None:
@@ -88,12 +95,13 @@ class OTLPReceiver:
         self.token = token
         self.max_body_bytes = max_body_bytes
         self.summary_interval = summary_interval
+        self.drain_seconds = drain_seconds
         self._report = report or (lambda line: _logger.info("%s", line))
         self._socket = _bind(host, port)
         self.port: int = self._socket.getsockname()[1]
         try:
             self.router = Router(
-                project, name, settings=settings, max_routes=max_routes, **options
+                project, name, settings=settings, spool=spool, max_routes=max_routes, **options
             )
         except BaseException:
             self._socket.close()
@@ -234,12 +242,17 @@ class OTLPReceiver:
                 return
             self._finished = True
         self._stop_summary.set()
-        self.router.shutdown()
+        drained = self.router.shutdown(self.drain_seconds)
         totals = self.router.totals()
+        left = (
+            ""
+            if drained
+            else f"; {totals['backlog_bytes']} bytes left in the spool {self.router.spool_path}"
+        )
         self._report(
             f"otel-trackio serve: stopped; {totals['spans']} spans, {totals['samples']} samples "
             f"logged ({totals['partial']} partial), {totals['metrics']} metrics logged, "
-            f"{totals['rejected']} rejected"
+            f"{totals['rejected']} rejected{left}"
         )
         try:
             self._socket.close()

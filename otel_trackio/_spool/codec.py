@@ -1,0 +1,154 @@
+"""What a spool entry holds, and the lean encoding that keeps the rollout process cheap.
+
+An entry is a kind byte and a pickled payload. Spans travel as plain tuples (no objects to build
+in the producer: about 6 µs per span with the pickling, against ~15 µs for full records), with
+each resource's attributes sent once per entry.
+
+Kinds: :data:`SPANS` (a batch of spans, optionally with a route), :data:`METRICS` (a route and a
+serialised OTLP ``ExportMetricsServiceRequest``), :data:`FLUSH` (a flush request: everything
+before it must be durable in Trackio, open samples logged as partial), :data:`CLOSE` (the producer
+is done: drain and stop).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from .._records import EventRecord, SpanRecord
+
+SPANS = 1
+METRICS = 3
+FLUSH = 10
+CLOSE = 11
+
+Route = tuple[str | None, str | None]
+"""(``trackio.project``, ``trackio.run``) of a receiver request part; (None, None) in process."""
+
+_STATUS = ("unset", "ok", "error")
+_KINDS = ("INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = (None, None)) -> bytes:
+    """SDK spans as one :data:`SPANS` payload (what ``offload=True`` pays per export)."""
+    resources: dict[int, Mapping[str, Any]] = {}
+    rows = []
+    for span in spans:
+        context = span.context
+        parent = span.parent
+        status = span.status
+        resource = span.resource
+        key = id(resource)
+        if key not in resources:
+            resources[key] = dict(resource.attributes) if resource is not None else {}
+        events = span.events
+        scope = span.instrumentation_scope
+        start = span.start_time or 0
+        rows.append(
+            (
+                context.trace_id if context is not None else 0,
+                context.span_id if context is not None else 0,
+                span.name,
+                start,
+                span.end_time or start,
+                parent.span_id if parent is not None else None,
+                parent is not None and parent.is_remote,
+                dict(span.attributes) if span.attributes else None,
+                tuple((e.name, e.timestamp or 0, dict(e.attributes or {})) for e in events)
+                if events
+                else None,
+                status.status_code.value if status is not None else 0,
+                status.description if status is not None else None,
+                span.kind.value if span.kind is not None else 0,
+                key,
+                scope.name if scope is not None else None,
+            )
+        )
+    return pickle.dumps((route, resources, rows), _PROTOCOL)
+
+
+def encode_records(records: Sequence[SpanRecord], route: Route = (None, None)) -> bytes:
+    """Span records (decoded from OTLP) as one :data:`SPANS` payload."""
+    resources: dict[int, Mapping[str, Any]] = {}
+    rows = []
+    for r in records:
+        key = id(r.resource)
+        resources.setdefault(key, r.resource)
+        rows.append(
+            (
+                r.trace_id,
+                r.span_id,
+                r.name,
+                r.start_ns,
+                r.end_ns,
+                r.parent_id,
+                r.parent_is_remote,
+                dict(r.attributes) or None,
+                tuple((e.name, e.time_ns, dict(e.attributes)) for e in r.events) or None,
+                _STATUS.index(r.status) if r.status in _STATUS else 0,
+                r.status_description,
+                _KINDS.index(r.kind) if r.kind in _KINDS else 0,
+                key,
+                r.scope,
+            )
+        )
+    return pickle.dumps((route, resources, rows), _PROTOCOL)
+
+
+def decode_spans(payload: bytes) -> tuple[Route, list[SpanRecord]]:
+    """A :data:`SPANS` payload back as (route, span records)."""
+    route, resources, rows = pickle.loads(payload)
+    records = []
+    for row in rows:
+        (trace_id, span_id, name, start, end, parent_id, remote, attributes, events) = row[:9]
+        status, description, kind, resource_key, scope = row[9:]
+        records.append(
+            SpanRecord(
+                trace_id=trace_id,
+                span_id=span_id,
+                name=name,
+                start_ns=start,
+                end_ns=end,
+                parent_id=parent_id,
+                parent_is_remote=remote,
+                attributes=attributes or {},
+                events=tuple(EventRecord(n, t, a) for n, t, a in events) if events else (),
+                status=_STATUS[status] if 0 <= status < len(_STATUS) else "unset",
+                status_description=description,
+                kind=_KINDS[kind] if 0 <= kind < len(_KINDS) else "INTERNAL",
+                resource=resources.get(resource_key) or {},
+                scope=scope,
+            )
+        )
+    return route, records
+
+
+def encode_metrics(route: Route, request: bytes) -> bytes:
+    """A route and a serialised OTLP metrics request as one :data:`METRICS` payload."""
+    return pickle.dumps((route, request), _PROTOCOL)
+
+
+def decode_metrics(payload: bytes) -> tuple[Route, bytes]:
+    """A :data:`METRICS` payload back as (route, serialised request)."""
+    route, request = pickle.loads(payload)
+    return route, request
+
+
+OpenRoots = dict[tuple[int, int], Mapping[str, Any]]
+"""(trace id, span id) → start attributes of the sample roots open in the producer."""
+
+
+def encode_flush(number: int, open_roots: OpenRoots | None = None) -> bytes:
+    """A :data:`FLUSH` request numbered ``number``, with the producer's open sample roots (so
+    samples logged early as partial keep their identity)."""
+    return pickle.dumps((number, open_roots or {}), _PROTOCOL)
+
+
+def decode_flush(payload: bytes) -> tuple[int, OpenRoots]:
+    """The number of a :data:`FLUSH` request and the open sample roots it carries."""
+    number, open_roots = pickle.loads(payload)
+    return int(number), dict(open_roots)

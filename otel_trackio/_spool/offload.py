@@ -1,0 +1,254 @@
+"""The rollout-process side of ``offload=True``: spool the spans, let a writer process log them.
+
+``export()`` turns SDK spans into lean tuples and appends them to this process's own spool (about
+6 µs per span); no conversion, no JSON parsing and no Trackio call happen here. A writer process
+(``python -m otel_trackio._spool``, a fresh interpreter: never a fork of the rollout)
+drains the spool into the same Trackio run. What each call means:
+
+- ``export()`` SUCCESS: the spans are in the spool (written to the OS: they survive this process
+  being killed, not a power loss). FAILURE when the spool is at its bound or cannot be written.
+- ``force_flush()`` True: everything handed over before it is durable in Trackio (open samples
+  logged as partial, as in process), within the timeout.
+- ``shutdown()``: asks the writer to drain everything and stop, waits up to its timeout; what is
+  left stays in the spool and the next writer of the same run finishes it.
+- A writer that died is started again on the next call; a rollout process that died leaves a
+  writer that drains what was spooled, logs the open samples as partial and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from .._open_samples import OPEN_SAMPLES
+from .._pipeline import ExportStats
+from .._trackio import TrackioSink, trackio_dir
+from ..settings import TrackioSettings
+from . import codec
+from .segments import Producer, SpoolFull, load_checkpoint
+from .writer import CONFIG_FILE, WriterConfig
+
+_logger = logging.getLogger("otel_trackio")
+
+
+def spool_root(settings: TrackioSettings) -> Path:
+    """The folder holding every spool: ``spool_dir``, else ``otel-trackio-spool`` in Trackio's."""
+    return Path(settings.spool_dir) if settings.spool_dir else trackio_dir() / "otel-trackio-spool"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "_"
+
+
+def portable(settings: TrackioSettings) -> str | None:
+    """Why ``settings`` cannot cross to a writer process (None when they can): a token decoder
+    must be importable there (a module-level function, a bound method of a picklable object)."""
+    decoder = settings.token_decoder
+    if decoder is not None:
+        module = getattr(decoder, "__module__", None) or ""
+        qualname = getattr(decoder, "__qualname__", "") or ""
+        if module == "__main__" or "<" in qualname:
+            return (
+                f"token_decoder {qualname or decoder!r} is defined in __main__ or inside a "
+                "function, so the writer process cannot import it"
+            )
+    try:
+        pickle.dumps(settings)
+    except Exception as exc:  # noqa: BLE001 - any reason is a reason not to offload
+        return f"the settings cannot be pickled ({exc!r})"
+    return None
+
+
+class OffloadClient:
+    """Appends span batches to this process's spool and keeps its writer process running.
+
+    Args:
+        settings: the exporter's settings (the writer gets them too).
+        sink: the run held in this process; the writer logs into the same project and name.
+    """
+
+    def __init__(self, settings: TrackioSettings, sink: TrackioSink) -> None:
+        self.settings = settings
+        self.sink = sink
+        run_folder = spool_root(settings) / _safe(sink.project) / _safe(sink.run_name)
+        self.path = (
+            run_folder / f"{_safe(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        )
+        self.producer = Producer(self.path, int(settings.spool_max_mb * 1024 * 1024))
+        config = WriterConfig(settings, sink.project, sink.run_name, os.getpid())
+        with open(self.path / CONFIG_FILE, "wb") as handle:
+            pickle.dump(config, handle)
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._closing = False
+        self._closed = False
+        self._flushes = 0
+        self._warned: set[str] = set()
+        self.spans_spooled = 0
+        self.spans_refused = 0
+        self.writer_starts = 0
+        self._start_writer()
+
+    # -- the writer process ----------------------------------------------------------------------
+
+    def _start_writer(self) -> None:
+        log = open(self.path / "writer.log", "ab")
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "otel_trackio._spool", str(self.path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,  # Trackio's banners; warnings go to stderr, shared with this process
+                start_new_session=True,  # Ctrl-C reaches the rollout, which then shuts us down
+                env={**os.environ, "TRACKIO_DIR": str(trackio_dir())},
+            )
+        finally:
+            log.close()
+        self.writer_starts += 1
+
+    def _ensure_writer(self) -> None:
+        """Start the writer again when it died (it continues from the spool). A writer that
+        exited 0 drained everything after a close: nothing to restart."""
+        process = self._process
+        if process is None or process.poll() in (None, 0) or self._closing:
+            return
+        with self._lock:
+            if self._process is process and process.poll() not in (None, 0) and not self._closing:
+                self._warn(
+                    "restart",
+                    f"the otel-trackio writer process exited ({process.returncode}); started "
+                    "again, it continues from the spool",
+                )
+                self._start_writer()
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's pid (for tests and diagnostics)."""
+        return self._process.pid if self._process is not None else None
+
+    # -- exporter calls --------------------------------------------------------------------------
+
+    def export(self, spans: Sequence[ReadableSpan]) -> bool:
+        """Append the spans to the spool; False when refused (warned and counted)."""
+        if self._closed:
+            return False
+        self._ensure_writer()
+        try:
+            self.producer.append(codec.SPANS, codec.encode_sdk_spans(spans))
+        except SpoolFull as exc:
+            self.spans_refused += len(spans)
+            self._warn("full", f"spool full, {len(spans)} spans refused: {exc}")
+            return False
+        except (OSError, RuntimeError) as exc:
+            self.spans_refused += len(spans)
+            self._warn("spool", f"could not write the spool, {len(spans)} spans refused: {exc!r}")
+            return False
+        self.spans_spooled += len(spans)
+        return True
+
+    def force_flush(self, timeout_seconds: float) -> bool:
+        """True once the writer has made everything spooled before this call durable."""
+        if self._closed:
+            return False
+        with self._lock:
+            self._flushes += 1
+            number = self._flushes
+        try:
+            self.producer.append(codec.FLUSH, codec.encode_flush(number, OPEN_SAMPLES.snapshot()))
+        except (SpoolFull, OSError, RuntimeError) as exc:
+            self._warn("flush", f"could not ask the writer to flush: {exc!r}")
+            return False
+        return self._wait(lambda: self._flushed() >= number, timeout_seconds)
+
+    def shutdown(self, timeout_seconds: float) -> None:
+        """Ask the writer to drain everything and stop; wait up to ``timeout_seconds``. What is
+        not drained by then stays in the spool (the next writer of this run finishes it)."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            self._flushes += 1
+            number = self._flushes
+        with contextlib.suppress(SpoolFull, OSError, RuntimeError):
+            self.producer.append(codec.FLUSH, codec.encode_flush(number, OPEN_SAMPLES.snapshot()))
+            self.producer.append(codec.CLOSE, b"")
+        drained = self._wait(self._writer_done, timeout_seconds)
+        self._closing = True
+        process = self._process
+        if not drained and process is not None and process.poll() is None:
+            left, _ = self.backlog()
+            self._warn(
+                "shutdown",
+                f"shutdown timed out; {left} bytes stay spooled in {self.path} for the next "
+                "start of this run (or `otel-trackio drain`)",
+            )
+            process.terminate()  # it stops after its current cycle, checkpointed
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        self.producer.close()
+
+    def _writer_done(self) -> bool:
+        process = self._process
+        return process is not None and process.poll() == 0
+
+    def _wait(self, done: Any, timeout_seconds: float) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout_seconds)
+        pause = 0.002
+        while not done():
+            if time.monotonic() >= deadline:
+                return False
+            self._ensure_writer()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return True
+
+    # -- what the writer says --------------------------------------------------------------------
+
+    def _flushed(self) -> int:
+        checkpoint = load_checkpoint(self.path)
+        return checkpoint.flushed if checkpoint is not None else 0
+
+    def stats(self) -> ExportStats:
+        """The writer's counters (as of its last checkpoint) with this process's own."""
+        checkpoint = load_checkpoint(self.path)
+        seen: dict[str, Any] = checkpoint.stats if checkpoint is not None else {}
+        return ExportStats(
+            spans_received=self.spans_spooled + self.spans_refused,
+            samples_logged=int(seen.get("samples_logged", 0)),
+            partial_samples=int(seen.get("partial_samples", 0)),
+            samples_lost=int(seen.get("samples_lost", 0)),
+            failed_exports=int(self.spans_refused > 0),
+            already_stored=int(seen.get("already_stored", 0)),
+        )
+
+    def backlog(self) -> tuple[int, int]:
+        """(bytes appended but not handed to the pipeline yet, entries appended in all)."""
+        checkpoint = load_checkpoint(self.path)
+        from .segments import Reader, spool_bytes
+
+        if checkpoint is None:
+            return spool_bytes(self.path), self.producer.appended_entries
+        waiting, _ = Reader(self.path).backlog(checkpoint.processed)
+        return waiting, self.producer.appended_entries
+
+    def _warn(self, kind: str, message: str) -> None:
+        if kind in self._warned:
+            _logger.debug("otel-trackio: %s", message)
+            return
+        self._warned.add(kind)
+        _logger.warning("otel-trackio: %s", message)

@@ -1,0 +1,129 @@
+"""The writer process of ``offload=True``: ``python -m otel_trackio._spool SPOOL_DIR``.
+
+Started (as a fresh interpreter, never a fork) by :class:`~._spool.offload.OffloadClient`. It logs
+into the same Trackio run as the rollout process (same project and name, ``resume="allow"``:
+Trackio's file lock lets several processes write one run), drains the spool through the span
+pipeline, and stops:
+
+- after a ``CLOSE`` entry (the exporter shut down): everything drained, open samples logged;
+- when the rollout process is gone (killed): what it spooled is drained, open samples are logged
+  as partial (they will never end), then it exits — no orphan process;
+- on SIGTERM: after the current cycle, leaving the rest in the spool for the next start.
+
+At start it also drains spools of the same run left behind by writers that died with their
+rollout process (abandoned: no producer, no drainer), so "the next start finishes it".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import shutil
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._open_samples import OpenSampleRegistry
+from .._pipeline import TracePipeline, grace_seconds
+from .._trackio import TrackioSink
+from ..settings import TrackioSettings
+from .drain import Drainer
+from .segments import is_locked
+
+_logger = logging.getLogger("otel_trackio")
+
+CONFIG_FILE = "writer.pickle"
+STOPPED = 3
+"""Exit status of a writer stopped by a signal with data left in its spool."""
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    """What the rollout process tells its writer (pickled into the spool directory)."""
+
+    settings: TrackioSettings
+    project: str
+    name: str
+    parent_pid: int
+
+
+@dataclass
+class _Own:
+    """The writer's one destination: its run's span pipeline."""
+
+    spans: TracePipeline
+
+    def export_metrics(self, request: bytes) -> None:
+        """Metrics stay in the rollout process with ``offload=True``."""
+
+
+def abandoned(path: Path) -> list[Path]:
+    """Spools of the same run (siblings of ``path``) that nobody appends to nor drains."""
+    out = []
+    with contextlib.suppress(FileNotFoundError):
+        for sibling in sorted(path.parent.iterdir()):
+            if sibling == path or not sibling.is_dir():
+                continue
+            if not (sibling / CONFIG_FILE).exists():
+                continue
+            if not is_locked(sibling / "producer.lock") and not is_locked(sibling / "drain.lock"):
+                out.append(sibling)
+    return out
+
+
+def _parent_gone(parent_pid: int) -> bool:
+    if os.getppid() != parent_pid:
+        return True  # re-parented: the rollout process died
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Drain one spool into Trackio until the rollout process closes it or is gone."""
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0])
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    with open(path / CONFIG_FILE, "rb") as handle:
+        config: WriterConfig = pickle.load(handle)
+    settings = config.settings
+    init = {**settings.init_kwargs, "resume": "allow", "auto_log_cpu": False, "auto_log_gpu": False}
+    sink = TrackioSink(config.project, config.name, init_kwargs=init)
+    registry = OpenSampleRegistry()
+    pipeline = TracePipeline(
+        settings, sink, grace_seconds=grace_seconds(settings, receiver=False), open_samples=registry
+    )
+    own = _Own(pipeline)
+    stop = threading.Event()
+    done = False
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        for left in abandoned(path):  # what writers that died with their process left
+            with contextlib.suppress(RuntimeError):  # someone else took it meanwhile
+                orphan = Drainer(left, lambda route: own, open_roots=registry)
+                orphan.run(stop, producer_gone=lambda: True)
+                finished = not stop.is_set()
+                orphan.close()
+                if finished:
+                    pipeline.flush()
+                    shutil.rmtree(left, ignore_errors=True)
+        drainer = Drainer(path, lambda route: own, open_roots=registry)
+        drainer.run(stop, producer_gone=lambda: _parent_gone(config.parent_pid))
+        done = not stop.is_set()
+        if done:
+            pipeline.flush()  # a closed or dead producer: its open samples never end
+        drainer.close()
+        if done:  # everything is in Trackio: nothing left to finish
+            shutil.rmtree(path, ignore_errors=True)
+    finally:
+        pipeline.close(flush=False)  # what is not logged stays in the spool
+    return 0 if done else STOPPED
