@@ -364,12 +364,10 @@ def _translate_metadata(
     if identity.partial:
         meta["partial"] = True
         meta["partial_reason"] = identity.partial_reason
-    if sample.root is not None:
-        meta["duration_ms"] = max(0.0, (sample.root.end_ns - sample.root.start_ns) / 1e6)
-    elif spans:
-        start = min(s.start_ns for s in spans)
-        end = max(s.end_ns for s in spans)
-        meta["duration_ms"] = max(0.0, (end - start) / 1e6)
+    timed = [sample.root] if sample.root is not None else spans
+    if timed:  # to the microsecond: nanosecond digits are noise in the header
+        start, end = min(s.start_ns for s in timed), max(s.end_ns for s in timed)
+        meta["duration_ms"] = round(max(0.0, (end - start) / 1e6), 3)
     usage = _sum_usage(generations)
     if usage is not None:
         meta["usage"] = usage
