@@ -1,13 +1,19 @@
-"""An RL-style rollout loop traced with plain OpenTelemetry and shown in Trackio.
+"""An RL-style rollout loop traced with OpenTelemetry and shown in Trackio.
 
 3 training steps x 8 samples. Each sample is a small agent: the (fake, deterministic) policy is
 asked a sum, calls a ``calculator`` tool, reads the result and answers; a reward function scores
-the answer. Model calls carry the OTel GenAI attributes an instrumentation would set
-(``gen_ai.input.messages`` etc.); nothing here imports otel-trackio except the exporter setup.
+the answer. ``otel_trackio.configure()`` sends the process's OTel spans and metrics to the
+trainer's Trackio run, and each sample is an ``otel_trackio.rollout()``; model and tool calls
+carry the OTel GenAI attributes an instrumentation would set (``gen_ai.input.messages`` etc.),
+on the plain OTel API. OTel metrics (the reward, the response length, the tokens used) become
+the Metrics page's plots.
+
+In the last step the calculator hangs for one sample (a stuck sandbox): the trainer does not
+wait for it, and the end-of-step flush logs what that sample did so far as a *partial* Trace.
 
     python examples/rollout_demo.py [--project NAME] [--name RUN]
 
-Then open the dashboard with ``trackio show --project NAME`` and go to the Traces tab.
+It ends by printing the ``trackio show`` command; open the Traces page (and Metrics).
 """
 
 from __future__ import annotations
@@ -15,19 +21,42 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import threading
 import time
+from dataclasses import dataclass
 
 import trackio
+from _show import show_command
+from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from otel_trackio import TrackioSpanExporter
+import otel_trackio
 
 STEPS = 3
 SAMPLES_PER_STEP = 8
 MODEL = "toy-policy-0.5b"
 SYSTEM = "You are a careful math agent. Use the calculator tool, then answer briefly."
+# How long the trainer waits for a sample before moving on (only the stuck one hits it).
+SAMPLE_TIME_BUDGET_SECONDS = 0.5
+STUCK_SANDBOX = threading.Event()  # never set: a tool call that never returns
+
+
+@dataclass
+class Meters:
+    """The OTel instruments the demo records (plots on Trackio's Metrics page)."""
+
+    reward: metrics.Histogram
+    response_length: metrics.Histogram
+    tokens: metrics.Counter
+
+    @classmethod
+    def create(cls) -> Meters:
+        meter = metrics.get_meter("rollout-demo")
+        return cls(
+            reward=meter.create_histogram("reward", description="reward per sample"),
+            response_length=meter.create_histogram("response_length", unit="{token}"),
+            tokens=meter.create_counter("tokens", unit="{token}", description="tokens used"),
+        )
 
 
 def text_part(text: str) -> dict:
@@ -45,15 +74,17 @@ def fake_policy(messages: list[dict], rng: random.Random) -> dict:
     result = int(last["parts"][0]["response"])
     wrong = rng.random() < 0.25  # the policy is still learning
     answer = result + 1 if wrong else result
-    return {"role": "assistant", "parts": [text_part(f"The answer is {answer}.")],
-            "finish_reason": "stop"}
+    text = rng.choice([f"The answer is {answer}.",
+                       f"The calculator says {result}, so the answer is {answer}.",
+                       f"Adding the two numbers gives {answer}. The answer is {answer}."])
+    return {"role": "assistant", "parts": [text_part(text)], "finish_reason": "stop"}
 
 
 def tokens(messages: list[dict]) -> int:
     return sum(len(json.dumps(m)) // 4 for m in messages)
 
 
-def chat(tracer, messages: list[dict], rng: random.Random) -> dict:
+def chat(tracer, meters: Meters, messages: list[dict], rng: random.Random) -> dict:
     """One model call, with the attributes the OTel GenAI instrumentations record."""
     with tracer.start_as_current_span(f"chat {MODEL}") as span:
         span.set_attribute("gen_ai.operation.name", "chat")
@@ -66,17 +97,22 @@ def chat(tracer, messages: list[dict], rng: random.Random) -> dict:
         span.set_attribute("gen_ai.output.messages", json.dumps([reply]))
         span.set_attribute("gen_ai.response.model", MODEL)
         span.set_attribute("gen_ai.response.finish_reasons", [reply["finish_reason"]])
-        span.set_attribute("gen_ai.usage.input_tokens", tokens(messages) + len(SYSTEM) // 4)
-        span.set_attribute("gen_ai.usage.output_tokens", tokens([reply]))
+        input_tokens, output_tokens = tokens(messages) + len(SYSTEM) // 4, tokens([reply])
+        span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+        meters.tokens.add(input_tokens, {"type": "input"})
+        meters.tokens.add(output_tokens, {"type": "output"})
         return reply
 
 
-def calculator(tracer, call: dict) -> str:
+def calculator(tracer, call: dict, stuck: bool = False) -> str:
     with tracer.start_as_current_span("execute_tool calculator") as span:
         span.set_attribute("gen_ai.operation.name", "execute_tool")
         span.set_attribute("gen_ai.tool.name", "calculator")
         span.set_attribute("gen_ai.tool.call.id", call["id"])
         span.set_attribute("gen_ai.tool.call.arguments", json.dumps(call["arguments"]))
+        if stuck:
+            STUCK_SANDBOX.wait()
         a, b = call["arguments"]["expression"].split("+")
         result = str(int(a) + int(b))
         span.set_attribute("gen_ai.tool.call.result", result)
@@ -91,23 +127,41 @@ def reward(tracer, answer: str, expected: int) -> float:
         return score
 
 
-def rollout(tracer, step: int, index: int) -> float:
+def run_sample(tracer, meters: Meters, step: int, index: int, stuck: bool = False) -> float:
+    """One rollout sample: a Trackio Trace at ``step`` (its reward lands in the Trace header)."""
     rng = random.Random(step * 1000 + index)
     a, b = rng.randint(1, 50), rng.randint(1, 50)
-    attributes = {"step": step, "sample_index": index, "rollout_n": index % 2}
-    with tracer.start_as_current_span("rollout", attributes=attributes) as root:
+    with otel_trackio.rollout(step, index, rollout_n=index % 2) as root:
         messages = [{"role": "user", "parts": [text_part(f"What is {a} + {b}?")]}]
-        first = chat(tracer, messages, rng)
+        first = chat(tracer, meters, messages, rng)
         call = first["parts"][0]
-        result = calculator(tracer, call)
+        result = calculator(tracer, call, stuck)
         messages += [first, {"role": "tool",
                              "parts": [{"type": "tool_call_response", "id": call["id"],
                                         "response": result}]}]
-        final = chat(tracer, messages, rng)
+        final = chat(tracer, meters, messages, rng)
         answer = final["parts"][0]["content"]
         score = reward(tracer, answer, a + b)
         root.set_attribute("reward", score)
+        meters.reward.record(score, {"step": step})
+        meters.response_length.record(tokens([final]), {"step": step})
         return score
+
+
+def run_step(tracer, meters: Meters, step: int) -> list[float]:
+    """The step's samples; in the last step the last sample's tool call hangs and the trainer
+    moves on without it after its time budget."""
+    rewards = [run_sample(tracer, meters, step, i) for i in range(SAMPLES_PER_STEP - 1)]
+    last = SAMPLES_PER_STEP - 1
+    if step < STEPS - 1:
+        return [*rewards, run_sample(tracer, meters, step, last)]
+    straggler = threading.Thread(
+        target=run_sample, args=(tracer, meters, step, last, True), daemon=True
+    )
+    straggler.start()
+    straggler.join(SAMPLE_TIME_BUDGET_SECONDS)
+    print(f"step {step}: sample {last} is stuck in its tool call; the step goes on without it")
+    return rewards
 
 
 def main() -> None:
@@ -116,25 +170,30 @@ def main() -> None:
     parser.add_argument("--name", default=f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args()
 
+    # The trainer's own Trackio run; configure() sends OTel spans and metrics into it too.
     run = trackio.init(project=args.project, name=args.name, config={"policy": MODEL})
-    provider = TracerProvider(resource=Resource.create({"service.name": "rollout-demo"}))
-    provider.add_span_processor(BatchSpanProcessor(TrackioSpanExporter(run=run)))
-    tracer = provider.get_tracer("rollout-demo")
+    telemetry = otel_trackio.configure(
+        run=run, resource=Resource.create({"service.name": "rollout-demo"})
+    )
+    tracer = trace.get_tracer("rollout-demo")
+    meters = Meters.create()
 
     for step in range(STEPS):
-        rewards = [rollout(tracer, step, i) for i in range(SAMPLES_PER_STEP)]
-        loss = 1.0 / (step + 1)
-        run.log({"train/loss": loss, "train/reward_mean": sum(rewards) / len(rewards)}, step=step)
+        rewards = run_step(tracer, meters, step)
+        run.log({"train/loss": 1.0 / (step + 1)}, step=step)
+        # The step's Traces and metrics now; a sample still open is logged as partial.
+        telemetry.force_flush()
         print(f"step {step}: reward_mean={sum(rewards) / len(rewards):.2f}")
 
-    provider.shutdown()  # flushes the batch processor: every sample is logged
-    run.finish()
-    total = STEPS * SAMPLES_PER_STEP
-    print(f"\nLogged {total} rollout samples to Trackio project '{args.project}'", end="")
-    print(f", run '{args.name}'.")
-    print("Look at them with:")
-    print(f"    .venv/bin/trackio show --project {args.project}")
-    print("then open the printed URL and choose the 'Traces' tab (key rollout/traces).")
+    telemetry.shutdown()  # flushes spans and metrics (the run is ours: it stays open)
+    trackio.finish()
+    stats = telemetry.span_exporter.stats
+    print(
+        f"\nLogged {stats.samples_logged} rollout samples ({stats.partial_samples} partial) to "
+        f"Trackio project '{args.project}', run '{args.name}'."
+    )
+    print(f"Look at them with:\n    {show_command(args.project)}")
+    print("then open the printed URL: the 'Traces' page (key rollout/traces) and 'Metrics'.")
 
 
 if __name__ == "__main__":

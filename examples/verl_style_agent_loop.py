@@ -3,20 +3,24 @@
 What verl's ``rollout_trace_attr`` / ``rollout_trace_op`` / ``max_samples_per_step_per_worker`` /
 ``token2text`` / validation generations do, on plain OpenTelemetry:
 
+* ``otel_trackio.configure()`` sends the process's OTel spans and metrics to the trainer's
+  Trackio run;
 * 3 training steps x 8 prompts x ``rollout_n=2`` repeats, all samples of a step run concurrently
   (``asyncio.gather``); each is one ``otel_trackio.rollout(step, index, rollout_n=n)``;
 * the fake policy works on token ids only (``prompt_ids`` / ``response_ids`` span attributes);
-  the exporter decodes them with a toy tokenizer (``TrackioSpanExporter(token_decoder=...)``),
-  on its own thread, like verl's ``token2text``;
+  the exporter decodes them with a toy tokenizer (``configure(token_decoder=...)``), on its
+  own thread, like verl's ``token2text``;
 * the policy calls a ``calculator`` tool (``@traced(kind="tool")``), then answers; a reward span
   scores the answer (``@traced``);
-* ``StepSampler(3)`` keeps 3 prompts per step (with both their repeats), like verl's
-  ``max_samples_per_step_per_worker=3`` but chosen by a seeded hash;
+* ``configure(max_samples_per_step=3)`` keeps 3 prompts per step (with both their repeats), like
+  verl's ``max_samples_per_step_per_worker=3`` but chosen by a seeded hash;
+* OTel metrics: the reward per step, the response length and the tokens used (Metrics page);
 * validation generations at the end (``log_generations``), like verl's ``log_val_generations``.
 
     python examples/verl_style_agent_loop.py [--project NAME] [--name RUN] [--temp]
 
-``--temp`` writes into a fresh temporary Trackio folder instead of your usual one.
+``--temp`` writes into a fresh temporary Trackio folder instead of your usual one (unless
+``TRACKIO_DIR`` says where Trackio writes: then there).
 """
 
 from __future__ import annotations
@@ -62,18 +66,22 @@ def main() -> None:
     parser.add_argument("--name", default=f"verl-style-{time.strftime('%Y%m%d-%H%M%S')}")
     parser.add_argument("--temp", action="store_true", help="log into a temporary Trackio folder")
     args = parser.parse_args()
-    if args.temp:
+    if args.temp and not os.environ.get("TRACKIO_DIR"):
         os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="otel-trackio-verl-")
 
     # Imported after TRACKIO_DIR is settled (Trackio reads it at import).
-    from opentelemetry import trace
+    import trackio
+    from _show import show_command
+    from opentelemetry import metrics, trace
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from otel_trackio import StepSampler, TrackioSpanExporter, log_generations, rollout, traced
+    from otel_trackio import configure, log_generations, rollout, traced
 
     tokenizer = ToyTokenizer()
+    meter = metrics.get_meter("verl-style-agent-loop")
+    reward_metric = meter.create_histogram("reward", description="reward per sample")
+    length_metric = meter.create_histogram("response_length", unit="{token}")
+    token_metric = meter.create_counter("tokens", unit="{token}", description="tokens used")
 
     class FakePolicy:
         """Stands in for a vLLM/SGLang server: token ids in, token ids out."""
@@ -101,6 +109,8 @@ def main() -> None:
             span.set_attribute("response_ids", response_ids)
             span.set_attribute("gen_ai.usage.input_tokens", len(prompt_ids))
             span.set_attribute("gen_ai.usage.output_tokens", len(response_ids))
+            token_metric.add(len(prompt_ids), {"type": "input"})
+            token_metric.add(len(response_ids), {"type": "output"})
             return response_ids
 
     @traced("calculator", kind="tool")
@@ -118,6 +128,7 @@ def main() -> None:
         prompt = f"What is {a} + {b} ?"
         ids = tokenizer.encode(prompt)
         response = ""
+        out: list[int] = []
         for _ in range(2):
             out = await policy.generate(ids)
             ids = ids + out
@@ -127,23 +138,25 @@ def main() -> None:
                 break
             result = await calculator(f"{call.group(1)}+{call.group(2)}")
             ids = ids + tokenizer.encode(f"<tool_result> {result} </tool_result>")
+        length_metric.record(len(out))
         return prompt, response, compute_score(response, a + b)
 
     async def rollout_sample(policy, step: int, index: int, n: int, a: int, b: int) -> float:
         with rollout(step, index, rollout_n=n, prompt_uid=f"p{step}-{index}") as root:
             _, _, reward = await agent_loop(policy, a, b)
             root.set_attribute("reward", reward)
+            reward_metric.record(reward, {"step": step})
             return reward
 
-    exporter = TrackioSpanExporter(
-        project=args.project, name=args.name, token_decoder=tokenizer.decode
-    )
-    provider = TracerProvider(
-        sampler=StepSampler(TRACED_PROMPTS_PER_STEP, seed=0, samples_per_step=PROMPTS_PER_STEP),
+    # The trainer's own Trackio run; configure() sends OTel spans and metrics into it too.
+    run = trackio.init(project=args.project, name=args.name)
+    telemetry = configure(
+        run=run,
+        token_decoder=tokenizer.decode,
+        max_samples_per_step=TRACED_PROMPTS_PER_STEP,
+        sampling_seed=0,
         resource=Resource.create({"service.name": "verl-style-agent-loop"}),
     )
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
-    trace.set_tracer_provider(provider)
 
     policy = FakePolicy(seed=0)
     problems = random.Random(1)
@@ -158,6 +171,7 @@ def main() -> None:
                     for n in range(ROLLOUT_N)
                 )
             )
+            telemetry.force_flush()  # the step's Traces and metrics, now
             mean = sum(rewards) / len(rewards)
             print(f"step {step}: {len(rewards)} samples, reward_mean={mean:.2f}")
 
@@ -175,17 +189,19 @@ def main() -> None:
 
     asyncio.run(train())
     generations = asyncio.run(validate())
-    logged = log_generations(generations, step=STEPS, run=exporter.run)
-    provider.shutdown()  # logs the last samples, finishes the run the exporter started
+    logged = log_generations(generations, step=STEPS, run=telemetry.run)
+    telemetry.shutdown()  # logs the last samples and metrics (the run is ours: it stays open)
+    trackio.finish()
 
     print(
-        f"\nLogged {exporter.stats.samples_logged} traced samples (at most "
+        f"\nLogged {telemetry.span_exporter.stats.samples_logged} traced samples (at most "
         f"{TRACED_PROMPTS_PER_STEP} prompts x {ROLLOUT_N} repeats of the {PROMPTS_PER_STEP} per "
-        f"step, picked by StepSampler) and {logged} validation generations"
+        f"step, picked by the step sampler) and {logged} validation generations"
     )
     print(f"to Trackio project '{args.project}', run '{args.name}'", end="")
-    print(f" in {os.environ['TRACKIO_DIR']}." if args.temp else ".")
-    print(f"Look at them with: trackio show --project {args.project}  (Traces tab)")
+    folder = os.environ.get("TRACKIO_DIR")
+    print(f" in {os.path.abspath(folder)}." if folder else ".")
+    print(f"Look at them with:\n    {show_command(args.project)}\n(Traces and Metrics pages)")
 
 
 if __name__ == "__main__":

@@ -8,14 +8,65 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ._assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
 from ._conversation import build_conversation
+from ._metric_convert import format_attribute
 from ._records import SpanRecord
 from ._samples import Sample
-from ._values import as_text, attribute_json, limit, storable
+from ._values import as_text, attribute_json, cut_text, limit, storable
 from .conventions import SpanFacts, read_span_facts
 from .settings import TrackioSettings
 
 TraceDict = dict[str, Any]
+
+#: Trace metadata keys the exporter writes itself: a user attribute of that name stays on its span.
+METADATA_KEYS = frozenset(
+    {
+        "step",
+        "sample_index",
+        "rollout_n",
+        "validate",
+        "status",
+        "partial",
+        "partial_reason",
+        "duration_ms",
+        "usage",
+        "cost_usd",
+        "span_count",
+        "trace_id",
+        "root_span_id",
+        "service_name",
+        "search",
+        "conversion_error",
+    }
+)
+
+#: First name segments (``<namespace>.…``) of the OTel semantic conventions (GenAI included),
+#: OpenInference, OpenLLMetry and Logfire (pydantic-ai): such attributes are never user fields.
+CONVENTION_NAMESPACES = frozenset(
+    {
+        # OTel semantic conventions registry
+        "android", "app", "artifact", "aspnetcore", "aws", "az", "azure", "browser",
+        "cassandra", "cicd", "client", "cloud", "cloudevents", "cloudfoundry", "code",
+        "container", "cpu", "cpython", "db", "deployment", "destination", "device", "disk",
+        "dns", "dotnet", "elasticsearch", "enduser", "error", "event", "exception", "faas",
+        "feature_flag", "file", "gcp", "gen_ai", "geo", "go", "graphql", "heroku", "host",
+        "http", "hw", "ios", "jvm", "k8s", "kestrel", "linux", "log", "mainframe", "messaging",
+        "net", "network", "nodejs", "oci", "openai", "opentracing", "os", "otel", "peer",
+        "pool", "process", "profile", "rpc", "server", "service", "session", "signalr",
+        "source", "system", "telemetry", "test", "thread", "tls", "url", "user", "user_agent",
+        "v8js", "vcs", "webengine", "zos",
+        # OpenInference
+        "openinference", "llm", "input", "output", "tool", "tool_call", "message",
+        "message_content", "embedding", "retrieval", "reranker", "document", "image", "audio",
+        "agent", "graph", "prompt", "tag",
+        # OpenLLMetry (Traceloop), Logfire (pydantic-ai)
+        "traceloop", "logfire", "pydantic_ai",
+    }
+)  # fmt: skip
+
+#: A user field's value in the header is cut to this many characters (whole on its span).
+HEADER_VALUE_CHARS = 256
 
 
 def iso_time(ns: int) -> str:
@@ -55,11 +106,14 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
     messages = [limit(_show_tool_calls(m), settings.max_value_chars) for m in messages]
+    if root is not None:
+        _show_prompt_and_answer(span_dicts[spans.index(root)], messages)
+    fields = user_fields(spans, facts, root, settings)
     return storable(
         {
             "messages": messages,
             "spans": span_dicts,
-            "metadata": _translate_metadata(sample, spans, span_dicts, generations),
+            "metadata": _translate_metadata(sample, spans, span_dicts, generations, fields),
         }
     )
 
@@ -106,6 +160,92 @@ def _show_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
     if not rendered:
         return message
     return {**message, "content": "[tool call] " + "; ".join(rendered)}
+
+
+def _show_prompt_and_answer(root: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    """Give a root span without input (output) of its own the sample's prompt, the first user
+    message (its final answer, the last assistant message): the span Trackio selects first."""
+    if "input" not in root:
+        prompt = next((m for m in messages if m.get("role") == "user"), None)
+        if prompt is not None and prompt.get("content") not in (None, ""):
+            root["input"] = prompt["content"]
+    if "output" not in root:
+        answer = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+        if answer is not None and answer.get("content") not in (None, ""):
+            root["output"] = answer["content"]
+
+
+def is_user_attribute(key: str, read_names: frozenset[str]) -> bool:
+    """True for an attribute the user named: not one the exporter reads (``read_names``: the
+    sample's identity, token ids), not private (``_…``: kept on its span only), not in a
+    convention's namespace, not a Trace metadata key."""
+    return not (
+        key in read_names
+        or key in METADATA_KEYS
+        or key.startswith("_")
+        or key.partition(".")[0] in CONVENTION_NAMESPACES
+    )
+
+
+def user_fields(
+    spans: list[SpanRecord],
+    facts: list[SpanFacts],
+    root: SpanRecord | None,
+    settings: TrackioSettings,
+) -> dict[str, Any]:
+    """The user's own fields of a sample, for the Trace header (in this order):
+
+    - every user attribute of the root span (:func:`is_user_attribute`, and not read into a
+      span field), in the order it was set;
+    - then the scores recorded on the other spans: user attributes holding a number or a
+      boolean (a ``reward`` span's ``reward``, a judge's ``correct``); the root's value wins,
+      else the span that ended last.
+    """
+    # Attributes the exporter reads itself: the sample's identity, token ids (even undecoded).
+    identity = frozenset(
+        (
+            settings.step_attribute,
+            settings.sample_attribute,
+            ROLLOUT_N_ATTRIBUTE,
+            VALIDATE_ATTRIBUTE,
+            *settings.token_id_attributes,
+        )
+    )
+    fields: dict[str, Any] = {}
+    if root is not None:
+        consumed = facts[spans.index(root)].consumed
+        for key, value in root.attributes.items():
+            if key not in consumed and is_user_attribute(key, identity):
+                fields[key] = _header_value(value)
+    scores: dict[str, Any] = {}
+    by_end = sorted(zip(spans, facts, strict=True), key=lambda p: (p[0].end_ns, p[0].start_ns))
+    for span, span_facts in by_end:
+        if span is root:
+            continue
+        for key, value in span.attributes.items():
+            if (
+                isinstance(value, (bool, int, float))
+                and key not in fields
+                and key not in span_facts.consumed
+                and is_user_attribute(key, identity)
+            ):
+                scores[key] = attribute_json(value)
+    fields.update(scores)
+    return fields
+
+
+def _header_value(value: Any) -> Any:
+    """An attribute value as JSON, short enough for the header line."""
+    value = attribute_json(value)
+    if isinstance(value, list) and len(as_text(value)) > HEADER_VALUE_CHARS:
+        return cut_text(as_text(value), HEADER_VALUE_CHARS)
+    return limit(value, HEADER_VALUE_CHARS)
+
+
+def _search_text(fields: dict[str, Any]) -> str:
+    """``name=value`` for each user field: Trackio searches metadata values only, so this is
+    what makes ``reward=1`` findable."""
+    return " ".join(f"{key}={format_attribute(value)}" for key, value in fields.items())
 
 
 def _fallback_messages(facts: SpanFacts) -> list[dict[str, Any]]:
@@ -162,7 +302,8 @@ def _translate_span(
         out["output"] = limit(facts.output, settings.max_value_chars)
     if facts.provider is not None:
         metadata["provider"] = facts.provider
-    metadata["otel.span_kind"] = span.kind
+    if span.kind != "INTERNAL":  # the default kind says nothing; CLIENT, SERVER ... do
+        metadata["otel.span_kind"] = span.kind
     for key, value in span.attributes.items():
         if key not in facts.consumed:
             metadata[key] = limit(attribute_json(value), settings.max_value_chars)
@@ -203,7 +344,10 @@ def _translate_metadata(
     spans: list[SpanRecord],
     span_dicts: list[dict[str, Any]],
     generations: list[SpanFacts],
+    fields: dict[str, Any],
 ) -> dict[str, Any]:
+    """The header, in reading order: identity, the user's fields, the outcome (status, partial),
+    timing and usage, then the OTel ids and the ``search`` text."""
     identity = sample.identity
     meta: dict[str, Any] = {"step": identity.step}
     if identity.sample_index is not None:
@@ -212,19 +356,18 @@ def _translate_metadata(
         meta["rollout_n"] = attribute_json(identity.rollout_n)
     if identity.validate is not None:
         meta["validate"] = attribute_json(identity.validate)
-    meta["trace_id"] = f"{identity.trace_id:032x}"
-    if identity.root_span_id is not None:
-        meta["root_span_id"] = f"{identity.root_span_id:016x}"
-    service = _service_name(spans)
-    if service is not None:
-        meta["service_name"] = service
-    meta["status"] = "error" if any(d["status"] == "error" for d in span_dicts) else "success"
-    if sample.root is not None:
-        meta["duration_ms"] = max(0.0, (sample.root.end_ns - sample.root.start_ns) / 1e6)
-    elif spans:
-        start = min(s.start_ns for s in spans)
-        end = max(s.end_ns for s in spans)
-        meta["duration_ms"] = max(0.0, (end - start) / 1e6)
+    meta.update(fields)
+    if any(d["status"] == "error" for d in span_dicts):
+        meta["status"] = "error"
+    else:
+        meta["status"] = "partial" if identity.partial else "success"
+    if identity.partial:
+        meta["partial"] = True
+        meta["partial_reason"] = identity.partial_reason
+    timed = [sample.root] if sample.root is not None else spans
+    if timed:  # to the microsecond: nanosecond digits are noise in the header
+        start, end = min(s.start_ns for s in timed), max(s.end_ns for s in timed)
+        meta["duration_ms"] = round(max(0.0, (end - start) / 1e6), 3)
     usage = _sum_usage(generations)
     if usage is not None:
         meta["usage"] = usage
@@ -232,17 +375,25 @@ def _translate_metadata(
     if cost:
         meta["cost_usd"] = sum(cost)
     meta["span_count"] = len(spans)
-    if identity.partial:
-        meta["partial"] = True
-        meta["partial_reason"] = identity.partial_reason
+    meta["trace_id"] = f"{identity.trace_id:032x}"
+    if identity.root_span_id is not None:
+        meta["root_span_id"] = f"{identity.root_span_id:016x}"
+    service = _service_name(spans)
+    if service is not None:
+        meta["service_name"] = service
+    if fields:
+        meta["search"] = _search_text(fields)
     return meta
 
 
 def _service_name(spans: list[SpanRecord]) -> str | None:
+    """The resource's ``service.name``; None when no service was named (the SDK's
+    ``unknown_service:<process>`` default says nothing)."""
     for span in spans:
         name = span.resource.get("service.name")
         if name is not None:
-            return str(name)
+            text = str(name)
+            return None if text.startswith("unknown_service") else text
     return None
 
 

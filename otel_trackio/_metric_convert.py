@@ -7,8 +7,9 @@ No I/O and no trackio import: :class:`MetricConverter` takes SDK ``MetricsData``
 Mapping:
 
 * ``Sum`` (monotonic or not) and ``Gauge`` → the point's value under the series name;
-* ``Histogram`` and ``ExponentialHistogram`` → ``<series>/count``, ``/sum``, ``/mean``, ``/min``,
-  ``/max`` and, when asked, ``<series>/distribution`` (a :class:`Distribution` of bucket counts);
+* ``Histogram`` and ``ExponentialHistogram`` → the chosen statistics among ``<series>/count``,
+  ``/sum``, ``/mean``, ``/min``, ``/max`` and, when asked, ``<series>/distribution`` (a
+  :class:`Distribution` of bucket counts);
 * series name: the metric name, then one ``/<key>=<value>`` per point attribute, keys sorted, the
   step attribute left out;
 * step: the point's step attribute when it holds an integer, else the caller's fallback step.
@@ -31,6 +32,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from ._values import parse_step, utf8
+from .settings import HISTOGRAM_STATS
 
 # Series whose key Trackio would rename (reserved, or starting with "__") get this prefix.
 RENAME_PREFIX = "otel/"
@@ -78,6 +80,8 @@ class MetricConverter:
 
     Args:
         step_attribute: the point attribute holding the step (never part of series names).
+        stats: the statistics logged for a histogram point (``<series>/<stat>``), among
+            ``count``, ``sum``, ``mean``, ``min``, ``max``.
         distributions: also produce a ``<series>/distribution`` for histogram points.
         reserved_keys: keys Trackio reserves (the exporter passes Trackio's list); a series
             named so, or starting with ``__``, is logged as ``otel/<name>``.
@@ -88,11 +92,13 @@ class MetricConverter:
         self,
         *,
         step_attribute: str = "step",
+        stats: Iterable[str] = HISTOGRAM_STATS,
         distributions: bool = False,
         reserved_keys: Iterable[str] = (),
         max_remembered: int = 200_000,
     ) -> None:
         self.step_attribute = step_attribute
+        self.stats = tuple(stats)
         self.distributions = distributions
         self.reserved_keys = frozenset(reserved_keys)
         self.max_remembered = max_remembered
@@ -172,19 +178,18 @@ class MetricConverter:
                 out.unchanged += 1
                 return
             out.signatures.setdefault(step, {})[series] = signature
-        stored = self._put(out, step, f"{series}/count", count, True)
-        if total is not None:
-            stored = self._put(out, step, f"{series}/sum", total, True) or stored
+        values: dict[str, Any] = {"count": count, "sum": total}
+        if count:
+            values["mean"] = total / count if _finite(total) else None
+            values["min"], values["max"] = lo, hi
+        stored = False
+        for stat in self.stats:
+            if values.get(stat) is not None:
+                stored = self._put(out, step, f"{series}/{stat}", values[stat], True) or stored
         if stored:
             _count_point(out, step)
         if not count:
             return
-        if _finite(total):
-            self._put(out, step, f"{series}/mean", total / count, True)
-        if lo is not None:
-            self._put(out, step, f"{series}/min", lo, True)
-        if hi is not None:
-            self._put(out, step, f"{series}/max", hi, True)
         if self.distributions:
             dist = (
                 exponential_distribution(point)

@@ -23,6 +23,7 @@ from ._open_samples import OPEN_SAMPLES, OpenSampleLookup
 from ._records import SpanRecord
 from ._samples import Sample
 from ._trackio import TrackioSink
+from ._values import as_float
 from .settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
@@ -41,6 +42,21 @@ class ExportStats:
     conversion_errors: int = 0
     evicted_samples: int = 0
     already_stored: int = 0
+
+
+def _order_key(value: Any) -> tuple[int, float, str]:
+    """Numbers (and strings of numbers) first, by value; then other values, by text; None last."""
+    if value is None:
+        return (2, 0.0, "")
+    number = as_float(value)
+    if number is not None:
+        return (0, number, "")
+    return (1, 0.0, str(value))
+
+
+def sample_order(sample: Sample) -> tuple[tuple[int, float, str], tuple[int, float, str]]:
+    """Sort key of a sample within its step: (``sample_index``, ``rollout_n``), any types."""
+    return (_order_key(sample.identity.sample_index), _order_key(sample.identity.rollout_n))
 
 
 class TracePipeline:
@@ -245,6 +261,8 @@ class TracePipeline:
             )
         ok = True
         for step, converted in by_step.items():
+            # In sample order: Trackio numbers a log call's Traces (the ``:N`` chip) as listed.
+            converted.sort(key=lambda pair: sample_order(pair[0]))
             traces = [trace for _, trace in converted]
             try:
                 self.sink.log_traces(self.settings.key, traces, step)

@@ -51,6 +51,10 @@ OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTRIBUTES = "OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTR
 OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS = "OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS"
 """``true``: also log histogram buckets as ``trackio.Histogram``. Default ``false``."""
 
+OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS = "OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS"
+"""Histogram statistics logged as plots, a comma list of ``count,sum,mean,min,max``.
+Default ``mean,max``."""
+
 OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP = "OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP"
 """Keep at most this many samples per step in this process (a ``StepSampler``). Default: all."""
 

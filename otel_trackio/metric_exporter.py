@@ -76,8 +76,9 @@ class TrackioMetricExporter(MetricExporter):
     """An OTel ``MetricExporter`` that logs instruments as Trackio scalars at the training step.
 
     Use it with a ``PeriodicExportingMetricReader`` (or ``math.inf`` interval and ``force_flush``).
-    Sums and gauges become one value per series; histograms become ``/count``, ``/sum``,
-    ``/mean``, ``/min``, ``/max`` (and ``/distribution`` with ``log_distributions=True``). Each
+    Sums and gauges become one value per series; histograms become the ``histogram_stats``
+    among ``/count``, ``/sum``, ``/mean``, ``/min``, ``/max`` (default ``/mean`` and ``/max``;
+    and ``/distribution`` with ``log_distributions=True``). Each
     attribute set is its own series ``<name>/<key>=<value>`` (keys sorted, ``step`` left out).
 
     Step of a point: its ``step`` attribute; else the latest rollout step known in this process
@@ -89,7 +90,7 @@ class TrackioMetricExporter(MetricExporter):
         project, name: the Trackio project and run, when no run is given or active.
         run: a ``trackio.Run`` to log into (never finished by the exporter).
         settings: a :class:`~otel_trackio.TrackioSettings` (``step_attribute``,
-            ``log_distributions``, the run's ``trackio.init`` options).
+            ``histogram_stats``, ``log_distributions``, the run's ``trackio.init`` options).
         preferred_temporality, preferred_aggregation: the standard OTel exporter preferences,
             merged over the defaults (counters cumulative, histograms delta).
         **options: any setting by name, applied over ``settings``; any other keyword goes to
@@ -119,6 +120,7 @@ class TrackioMetricExporter(MetricExporter):
         )
         self._converter = MetricConverter(
             step_attribute=settings.step_attribute,
+            stats=settings.histogram_stats,
             distributions=settings.log_distributions,
             reserved_keys=_trackio.reserved_keys(),
         )

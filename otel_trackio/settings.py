@@ -37,6 +37,9 @@ _OFF = frozenset({"", "none", "off", "false", "0", "no"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _RESUME = ("never", "allow", "must")
 
+#: the statistics a histogram point can be logged as (``<name>/<stat>``).
+HISTOGRAM_STATS = ("count", "sum", "mean", "min", "max")
+
 
 class TrackioConfigError(ValueError):
     """A setting (or the ``OTEL_EXPORTER_TRACKIO_*`` variable behind it) is missing or malformed;
@@ -84,6 +87,20 @@ def _sides(raw: str) -> dict[str, str]:
         name, _, side = item.strip().partition("=")
         out[name.strip()] = side.strip()
     return out
+
+
+def _stat_names(raw: str) -> tuple[str, ...]:
+    if raw.lower() in _OFF:
+        return ()
+    return tuple(name.strip().lower() for name in raw.split(",") if name.strip())
+
+
+def _are_stats(value: Any) -> bool:
+    return (
+        isinstance(value, (tuple, list))
+        and all(name in HISTOGRAM_STATS for name in value)
+        and len(set(value)) == len(value)
+    )
 
 
 def _are_sides(value: Any) -> bool:
@@ -137,6 +154,12 @@ _DECODER = _Kind(
     load_token_decoder,
 )
 _SIDES = _Kind("expected name=input|output pairs (a mapping in Python)", _are_sides, _sides)
+_STATS = _Kind(
+    f"expected a tuple of distinct names among {', '.join(HISTOGRAM_STATS)} "
+    "(a comma list in the environment; none: no scalars)",
+    _are_stats,
+    _stat_names,
+)
 _MAPPING = _Kind("expected a mapping", lambda v: isinstance(v, Mapping), json.loads)
 
 
@@ -174,6 +197,7 @@ class TrackioSettings:
             receiver answers 503 with ``Retry-After``).
     Metrics:
         log_distributions: also log histogram buckets as a ``trackio.Histogram``.
+        histogram_stats: which statistics of a histogram become plots (``<name>/<stat>``).
     Sampling (``configure()`` and the zero-code setup install a ``StepSampler``):
         max_samples_per_step: keep at most this many samples per step (None: all).
         sampling_seed: the sampler's seed; the same in every worker makes them agree.
@@ -214,6 +238,9 @@ class TrackioSettings:
     spool_max_mb: float = _setting(1024.0, _POSITIVE, env.OTEL_EXPORTER_TRACKIO_SPOOL_MAX_MB)
 
     log_distributions: bool = _setting(False, _BOOL, env.OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS)
+    histogram_stats: tuple[str, ...] = _setting(
+        ("mean", "max"), _STATS, env.OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS
+    )
 
     max_samples_per_step: int | None = _setting(
         None, _CAP, env.OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP
@@ -229,6 +256,7 @@ class TrackioSettings:
         # Own copies of the mappings, so the caller's dict cannot change a frozen setting.
         object.__setattr__(self, "trackio_init", dict(self.trackio_init))
         object.__setattr__(self, "token_id_attributes", dict(self.token_id_attributes))
+        object.__setattr__(self, "histogram_stats", tuple(self.histogram_stats))
 
     # -- building ---------------------------------------------------------------------------
 

@@ -441,8 +441,14 @@ def test_verl_style_example_runs_and_decodes_tokens(tmp_path):
 
     repo = Path(__file__).resolve().parent.parent
     env = {**os.environ, "TRACKIO_DIR": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, str(repo / "examples" / "verl_style_agent_loop.py"), "--name", "ex"],
+    result = subprocess.run(  # --temp respects the TRACKIO_DIR it is given
+        [
+            sys.executable,
+            str(repo / "examples" / "verl_style_agent_loop.py"),
+            "--name",
+            "ex",
+            "--temp",
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -451,6 +457,8 @@ def test_verl_style_example_runs_and_decodes_tokens(tmp_path):
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("Run finished") == 1, result.stdout
+    assert f"TRACKIO_DIR={tmp_path} /" in result.stdout  # an absolute trackio show command
     script = (
         "import json;from trackio.sqlite_storage import SQLiteStorage as S;"
         "print(json.dumps(S.get_traces('otel-trackio-verl-demo','ex')))"
@@ -474,3 +482,26 @@ def test_verl_style_example_runs_and_decodes_tokens(tmp_path):
         assert "reward" in next(s for s in t["spans"] if s["parent_id"] is None)["metadata"]
     assert all(len(indices) <= 3 for indices in per_step.values())
     assert all(t["metadata"]["validate"] is (t["step"] == 3) for t in samples)
+    # The header leads with the sample and its outcome; the root shows question -> answer.
+    for t in samples:
+        training = t["step"] < 3
+        assert list(t["metadata"])[: 6 if training else 4] == [
+            "step",
+            "sample_index",
+            *(["rollout_n"] if training else []),
+            "validate",
+            *(["prompt_uid"] if training else []),
+            "reward",
+        ]
+        root = next(s for s in t["spans"] if s["parent_id"] is None)
+        assert root["input"].startswith("What is") and root["output"].startswith("The answer is")
+    # The metrics it records: the Metrics page has plots on the first run.
+    script = (
+        "import json;from trackio.sqlite_storage import SQLiteStorage as S;"
+        "print(json.dumps(S.get_logs('otel-trackio-verl-demo','ex')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    keys = {k for row in json.loads(out.stdout) for k in row}
+    assert {"reward/mean", "reward/max", "response_length/mean", "tokens/type=output"} <= keys

@@ -39,6 +39,7 @@ from otel_trackio._metric_convert import (
     exponential_distribution,
 )
 from otel_trackio._trackio import FALLBACK_RESERVED_KEYS
+from otel_trackio.settings import HISTOGRAM_STATS
 
 
 def _provider(exporter: TrackioMetricExporter) -> MeterProvider:
@@ -194,7 +195,7 @@ def test_cumulative_points_with_an_old_step_are_not_logged_again(project):
 
 
 def test_histograms_with_step_attribute_are_delta_per_step(project):
-    exporter = TrackioMetricExporter(project=project, name="r")
+    exporter = TrackioMetricExporter(project=project, name="r", histogram_stats=HISTOGRAM_STATS)
     provider = _provider(exporter)
     hist = provider.get_meter("m").create_histogram("reward")
     for v in (1.0, 2.0, 6.0):
@@ -219,8 +220,32 @@ def test_histograms_with_step_attribute_are_delta_per_step(project):
     assert sum(1 for r in read_logs(project, "r") if "reward/count" in r) == 2
 
 
+def test_histograms_log_mean_and_max_by_default_and_the_chosen_stats_when_asked(project):
+    """Five plots per instrument bury the Metrics page: by default mean and max only."""
+    exporters = {
+        "default": TrackioMetricExporter(project=project, name="default"),
+        "chosen": TrackioMetricExporter(project=project, name="chosen", histogram_stats=["sum"]),
+    }
+    for exporter in exporters.values():
+        provider = _provider(exporter)
+        hist = provider.get_meter("m").create_histogram("reward")
+        for v in (0.0, 1.0, 1.0, 0.5):
+            hist.record(v, {"step": 3})
+        provider.force_flush()
+        provider.shutdown()
+        assert exporter.stats.points_logged == 1
+    keys = {
+        run: {k: v for k, v in _by_step(project, run)[3].items() if k.startswith("reward/")}
+        for run in exporters
+    }
+    assert keys == {
+        "default": {"reward/mean": 0.625, "reward/max": 1.0},
+        "chosen": {"reward/sum": 2.5},
+    }
+
+
 def test_histogram_without_step_uses_the_latest_known_step_per_interval(project):
-    exporter = TrackioMetricExporter(project=project, name="r")
+    exporter = TrackioMetricExporter(project=project, name="r", histogram_stats=HISTOGRAM_STATS)
     provider = _provider(exporter)
     latency = provider.get_meter("m").create_histogram("tool.latency", unit="ms")
     set_step(5)
@@ -242,6 +267,7 @@ def test_preferred_temporality_switches_histograms_to_cumulative_and_counters_to
     exporter = TrackioMetricExporter(
         project=project,
         name="r",
+        histogram_stats=("count", "sum"),
         preferred_temporality={
             Histogram: AggregationTemporality.CUMULATIVE,
             Counter: AggregationTemporality.DELTA,
@@ -299,6 +325,7 @@ def test_exponential_histograms_via_preferred_aggregation(project):
         project=project,
         name="r",
         log_distributions=True,
+        histogram_stats=HISTOGRAM_STATS,
         preferred_aggregation={Histogram: ExponentialBucketHistogramAggregation()},
     )
     provider = _provider(exporter)

@@ -38,6 +38,8 @@ def _configuration_rows() -> list[list[str]]:
 def _readme_default(value: object) -> str:
     if isinstance(value, str):
         return f'`"{value}"`'
+    if isinstance(value, tuple):
+        return "`(" + ", ".join(f'"{v}"' for v in value) + ")`"
     if isinstance(value, float) and value.is_integer():
         return f"`{int(value)}`"
     return f"`{value}`"
@@ -71,6 +73,7 @@ def test_from_env_reads_every_kind_and_names_a_bad_variable():
             "OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS": "yes",
             "OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP": "4",
             "OTEL_EXPORTER_TRACKIO_KEY": "  spaced/key  ",
+            "OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS": "min, COUNT,max",
         },
         key="argument/wins",
     )
@@ -78,10 +81,17 @@ def test_from_env_reads_every_kind_and_names_a_bad_variable():
     assert settings.log_distributions is True
     assert settings.max_samples_per_step == 4
     assert settings.key == "argument/wins"
+    assert settings.histogram_stats == ("min", "count", "max")
+    assert (
+        TrackioSettings.from_env({"OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS": "none"}).histogram_stats
+        == ()
+    )
     for variable, value in [
         ("OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTRIBUTES", "ids=sideways"),
         ("OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS", "maybe"),
         ("OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP", "-1"),
+        ("OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS", "mean,median"),
+        ("OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS", "max,max"),
     ]:
         with pytest.raises(TrackioConfigError, match=variable):
             TrackioSettings.from_env({variable: value})
@@ -92,6 +102,9 @@ def test_bad_arguments_name_the_setting_and_settings_are_frozen():
         TrackioSettings(max_buffered_spans=0)
     with pytest.raises(TrackioConfigError, match="token_id_attributes"):
         TrackioSettings(token_id_attributes={"ids": "left"})
+    with pytest.raises(TrackioConfigError, match="histogram_stats"):
+        TrackioSettings(histogram_stats=("median",))
+    assert TrackioSettings(histogram_stats=["max"]).histogram_stats == ("max",)
     settings = TrackioSettings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.key = "x"  # type: ignore[misc]
