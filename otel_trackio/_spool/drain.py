@@ -128,9 +128,10 @@ class Drainer:
 
     # -- cycles --------------------------------------------------------------------------------
 
-    def cycle(self, *, finished: bool = False) -> int:
+    def cycle(self, *, finished: bool = False, stop: threading.Event | None = None) -> int:
         """Hand over the next run of entries; returns how many. ``finished``: the producer is
-        gone (an incomplete last entry is torn, not still being written)."""
+        gone (an incomplete last entry is torn, not still being written). ``stop``: checked
+        between entries, so stopping waits for one entry at most."""
         entries = self.reader.read(self.position, self._cycle_bytes, finished=finished)
         if not entries:
             if finished and self.reader.torn_tail is not None:
@@ -138,14 +139,18 @@ class Drainer:
                 self.reader.torn_tail = None
             return 0
         self._save(inflight=entries[-1].end)
+        handled = 0
         for entry in entries:
             self._handle(entry)
+            handled += 1
             self.position = entry.end
             if self._recovering_until is not None and self.position >= self._recovering_until:
                 self._set_recovering(False)
-        self.stats.entries += len(entries)
+            if stop is not None and stop.is_set():
+                break
+        self.stats.entries += handled
         self._save()
-        return len(entries)
+        return handled
 
     def _handle(self, entry: Entry) -> None:
         recovering = self._recovering_until is not None
@@ -250,7 +255,7 @@ class Drainer:
         """Drain until ``stop`` is set, or the producer closed or is gone and nothing is left."""
         while not stop.is_set():
             gone = producer_gone()
-            if self.cycle(finished=gone):
+            if self.cycle(finished=gone, stop=stop):
                 continue
             if self.producer_closed or gone:
                 return

@@ -175,8 +175,10 @@ class Producer:
 
     Args:
         path: the spool directory (created if missing).
-        max_bytes: the bound: an append that would take the segments past it raises
-            :class:`SpoolFull` (the drainer deleting segments makes room again).
+        max_bytes: the bound: an append that would take the entries still needed (from the
+            drainer's checkpoint on) past it raises :class:`SpoolFull`; the drainer moving on
+            makes room again. Segments are at most an eighth of it, so the disk holds at most
+            about the bound plus one segment.
     """
 
     def __init__(self, path: Path, max_bytes: int) -> None:
@@ -192,7 +194,8 @@ class Producer:
         self._seq = (existing[-1] + 1) if existing else 1
         self._file = open(segment_path(self.path, self._seq), "ab", buffering=0)
         self._in_segment = 0
-        self._on_disk = spool_bytes(self.path)
+        self._segment_bytes = min(SEGMENT_BYTES, max(64 * 1024, max_bytes // 8))
+        self._on_disk = self._needed_bytes()
         self._measured = time.monotonic()
         self.appended_entries = 0
         self.appended_bytes = 0
@@ -206,7 +209,7 @@ class Producer:
             if self.closed:
                 raise RuntimeError("the spool producer is closed")
             if self._on_disk + size > self.max_bytes:
-                self._on_disk = spool_bytes(self.path)  # the drainer may have made room
+                self._on_disk = self._needed_bytes()  # the drainer may have made room
                 self._measured = time.monotonic()
                 if self._on_disk + size > self.max_bytes:
                     raise SpoolFull(
@@ -217,11 +220,24 @@ class Producer:
             self._on_disk += size
             self.appended_entries += 1
             self.appended_bytes += size
-            if self._in_segment >= SEGMENT_BYTES:
+            if self._in_segment >= self._segment_bytes:
                 self._rotate()
             elif time.monotonic() - self._measured > 1.0:
-                self._on_disk = spool_bytes(self.path)
+                self._on_disk = self._needed_bytes()
                 self._measured = time.monotonic()
+
+    def _needed_bytes(self) -> int:
+        """Bytes of the entries the drainer still needs (from its checkpoint's oldest on)."""
+        checkpoint = load_checkpoint(self.path)
+        start = checkpoint.oldest if checkpoint is not None else Position(0, 0)
+        total = 0
+        for seq in segments(self.path):
+            if seq < start.seq:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                size = segment_path(self.path, seq).stat().st_size
+                total += size - (start.offset if seq == start.seq else 0)
+        return max(0, total)
 
     def _rotate(self) -> None:
         self._file.close()

@@ -1,6 +1,7 @@
 """The writer process of ``offload=True``: ``python -m otel_trackio._spool SPOOL_DIR``.
 
-Started (as a fresh interpreter, never a fork) by :class:`~._spool.offload.OffloadClient`. It logs
+Started (as a fresh interpreter, never a fork, at a lower CPU priority: ``nice`` 10) by
+:class:`~._spool.offload.OffloadClient`. It logs
 into the same Trackio run as the rollout process (same project and name, ``resume="allow"``:
 Trackio's file lock lets several processes write one run), drains the spool through the span
 pipeline, and stops:
@@ -88,9 +89,18 @@ def _parent_gone(parent_pid: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Drain one spool into Trackio until the rollout process closes it or is gone."""
+    """Drain one spool into Trackio until the rollout process closes it or is gone.
+
+    ``argv``: the spool directory, and ``--orphan`` when its rollout process is known to be
+    gone (``otel-trackio drain``): everything in it is drained, then the open samples logged.
+    """
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0])
+    orphaned = "--orphan" in args[1:]
+    if not orphaned:
+        # The rollout comes first: on a busy machine the writer takes the CPU it leaves.
+        with contextlib.suppress(OSError):
+            os.nice(10)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     with open(path / CONFIG_FILE, "rb") as handle:
         config: WriterConfig = pickle.load(handle)
@@ -109,15 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for left in abandoned(path):  # what writers that died with their process left
             with contextlib.suppress(RuntimeError):  # someone else took it meanwhile
-                orphan = Drainer(left, lambda route: own, open_roots=registry)
-                orphan.run(stop, producer_gone=lambda: True)
+                leftover = Drainer(left, lambda route: own, open_roots=registry)
+                leftover.run(stop, producer_gone=lambda: True)
                 finished = not stop.is_set()
-                orphan.close()
+                leftover.close()
                 if finished:
                     pipeline.flush()
                     shutil.rmtree(left, ignore_errors=True)
         drainer = Drainer(path, lambda route: own, open_roots=registry)
-        drainer.run(stop, producer_gone=lambda: _parent_gone(config.parent_pid))
+        drainer.run(stop, producer_gone=lambda: orphaned or _parent_gone(config.parent_pid))
         done = not stop.is_set()
         if done:
             pipeline.flush()  # a closed or dead producer: its open samples never end

@@ -319,6 +319,13 @@ class Router:
         """True when everything spooled was handed to the pipelines."""
         return self._drainer.backlog()[0] == 0
 
+    def wait_drained(self, timeout_seconds: float) -> bool:
+        """Wait up to ``timeout_seconds`` for :meth:`drained`; returns it."""
+        deadline = time.monotonic() + max(0.0, timeout_seconds)
+        while not self.drained() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.drained()
+
     def totals(self) -> dict[str, Any]:
         """Counters for the summary line: received, logged, waiting and rejected so far."""
         routes = self._open_routes(include_closed=True)
@@ -354,9 +361,7 @@ class Router:
             if self._closed:
                 return self.drained()
             self._closed = True
-        deadline = time.monotonic() + max(0.0, drain_seconds)
-        while not self.drained() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        self.wait_drained(drain_seconds)
         self._stop_draining.set()
         self._drain_thread.join()
         drained = self.drained()

@@ -1,4 +1,5 @@
-"""``otel-trackio serve``: the OTLP/HTTP receiver from the command line."""
+"""``otel-trackio serve`` (the OTLP/HTTP receiver) and ``otel-trackio drain`` (log what a spool
+holds, without serving) from the command line."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def _print(line: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``otel-trackio`` argument parser (one subcommand for now: ``serve``)."""
+    """The ``otel-trackio`` argument parser: ``serve`` and ``drain``."""
     parser = argparse.ArgumentParser(
         prog="otel-trackio", description="OpenTelemetry to Hugging Face Trackio."
     )
@@ -48,17 +49,70 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 5, or OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS)",
     )
     serve.add_argument(
+        "--spool",
+        default=None,
+        help="spool directory (default: per project and run under "
+        "OTEL_EXPORTER_TRACKIO_SPOOL_DIR, else otel-trackio-spool in the Trackio folder); a "
+        "restart with the same spool logs what an earlier run left in it",
+    )
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/SIGINT, how long to keep logging the spool before exiting (default 30; "
+        "what is left stays spooled)",
+    )
+    serve.add_argument(
         "--summary-seconds",
         type=float,
         default=5.0,
         help="seconds between summary lines while data flows (default 5; 0: none)",
     )
+    drain = commands.add_parser(
+        "drain",
+        help="log everything a spool holds into Trackio, then exit (no server)",
+        description="Drain a spool left behind: a receiver's (give --project and --name as "
+        "you gave them to serve, or --spool) or an offloading exporter's (--spool "
+        "DIR/<project>/<run>/<host-pid-...>). Open samples are logged as partial at the end.",
+    )
+    drain.add_argument("--project", default=None, help="the receiver's Trackio project")
+    drain.add_argument("--name", default=None, help="the receiver's run name")
+    drain.add_argument("--spool", default=None, help="the spool directory")
     return parser
+
+
+def _drain(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .._spool.writer import CONFIG_FILE
+    from .._spool.writer import main as drain_offload_spool
+    from ..settings import TrackioSettings
+    from ._routing import Router
+
+    if args.spool and (Path(args.spool) / CONFIG_FILE).exists():
+        return drain_offload_spool([args.spool, "--orphan"])
+    if not args.project:
+        print("otel-trackio drain: give --project (and --name) or --spool", file=sys.stderr)
+        return 2
+    router = Router(args.project, args.name, settings=TrackioSettings.from_env(), spool=args.spool)
+    while not router.drained():
+        waiting, behind = router.backlog()
+        _print(f"otel-trackio drain: {waiting} bytes left ({behind or 0:.0f} s behind)")
+        router.wait_drained(5.0)
+    router.shutdown(drain_seconds=0)
+    totals = router.totals()
+    _print(
+        f"otel-trackio drain: done; {totals['samples']} samples logged "
+        f"({totals['partial']} partial), {totals['metrics']} metrics logged"
+    )
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if args.command == "drain":
+        return _drain(args)
     try:
         from ..settings import TrackioSettings
         from .server import OTLPReceiver
@@ -83,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary_interval=args.summary_seconds,
             report=_print,
             settings=TrackioSettings.from_env(**overrides),
+            spool=args.spool,
+            drain_seconds=args.drain_seconds,
         )
     except (ValueError, OSError) as exc:  # TrackioConfigError is a ValueError
         print(f"otel-trackio serve: {exc}", file=sys.stderr)

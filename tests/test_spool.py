@@ -1,0 +1,429 @@
+"""The spool between OpenTelemetry and Trackio: the on-disk queue, ``offload=True`` (a writer
+process logs what the rollout process spools) and the receiver answering once data is spooled —
+with crashes of every party, on real Trackio storage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from conftest import read_traces
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_trackio import TrackioSpanExporter
+from otel_trackio._spool import codec
+from otel_trackio._spool.segments import (
+    SEGMENT_BYTES,
+    Checkpoint,
+    Position,
+    Producer,
+    Reader,
+    SpoolFull,
+    load_checkpoint,
+    save_checkpoint,
+    segment_path,
+    segments,
+)
+from otel_trackio.receiver import OTLPReceiver
+
+REPO = Path(__file__).resolve().parent.parent
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
+VOLATILE = {"id", "parent_id", "start_time", "end_time", "duration_ms", "trace_id", "root_span_id"}
+
+
+def _wait_until(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0): look at its state
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _emit(provider: TracerProvider, steps: int, samples: int, start: int = 0) -> None:
+    """A small agentic workload: root, a model call with messages and usage, a tool, a reward."""
+    tracer = provider.get_tracer("rollout")
+    for step in range(steps):
+        for i in range(start, start + samples):
+            with tracer.start_as_current_span(
+                "rollout", attributes={"step": step, "sample_index": i, "reward": i % 2}
+            ):
+                with tracer.start_as_current_span("chat policy") as chat:
+                    chat.set_attribute("gen_ai.operation.name", "chat")
+                    chat.set_attribute("gen_ai.usage.input_tokens", 10 + i)
+                    chat.set_attribute("gen_ai.usage.output_tokens", 4)
+                    chat.set_attribute(
+                        "gen_ai.input.messages",
+                        json.dumps(
+                            [{"role": "user", "parts": [{"type": "text", "content": f"q{i}"}]}]
+                        ),
+                    )
+                    chat.set_attribute(
+                        "gen_ai.output.messages",
+                        json.dumps(
+                            [{"role": "assistant", "parts": [{"type": "text", "content": f"a{i}"}]}]
+                        ),
+                    )
+                    chat.add_event("gen_ai.choice", {"index": 0})
+                with tracer.start_as_current_span("execute_tool calc") as tool:
+                    tool.set_attribute("gen_ai.operation.name", "execute_tool")
+                    tool.set_attribute("gen_ai.tool.call.arguments", '{"x": 1}')
+
+
+def _normalised(traces: list[dict]) -> list[dict]:
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in VOLATILE}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    keyed = [strip({k: t[k] for k in ("step", "messages", "metadata", "spans")}) for t in traces]
+    return sorted(keyed, key=lambda t: (t["step"], t["metadata"]["sample_index"]))
+
+
+def _keys(traces: list[dict]) -> list[tuple[int, int]]:
+    return sorted((t["step"], t["metadata"]["sample_index"]) for t in traces)
+
+
+# -- the queue ---------------------------------------------------------------------------------
+
+
+def test_entries_come_back_in_order_across_segments_and_a_torn_tail_is_skipped(tmp_path):
+    producer = Producer(tmp_path, max_bytes=1 << 30)
+    big = b"x" * (SEGMENT_BYTES // 3)
+    for i in range(7):
+        producer.append(codec.SPANS, big + str(i).encode())
+    assert len(segments(tmp_path)) >= 3
+    producer.close()
+    # A producer killed mid-append leaves a torn entry at the end of its last segment.
+    with open(segment_path(tmp_path, segments(tmp_path)[-1]), "ab") as handle:
+        handle.write(b"OT\x01\x00\xff\xff")
+    later = Producer(tmp_path, max_bytes=1 << 30)  # the next producer starts a new segment
+    later.append(codec.FLUSH, codec.encode_flush(1))
+    reader = Reader(tmp_path)
+    entries = reader.read(reader.first_position(), 1 << 40)
+    assert [e.payload[-1:] for e in entries[:7]] == [str(i).encode() for i in range(7)]
+    assert entries[-1].kind == codec.FLUSH
+    assert reader.torn_entries == 1
+    assert [e.start for e in entries] == sorted(e.start for e in entries)
+    later.close()
+
+
+def test_the_bound_refuses_appends_until_segments_are_deleted(tmp_path):
+    producer = Producer(tmp_path, max_bytes=3000)
+    producer.append(codec.SPANS, b"a" * 1000)
+    producer.append(codec.SPANS, b"b" * 1000)
+    with pytest.raises(SpoolFull):
+        producer.append(codec.SPANS, b"c" * 1000)
+    producer.close()
+    for seq in segments(tmp_path):
+        segment_path(tmp_path, seq).unlink()
+    again = Producer(tmp_path, max_bytes=3000)
+    again.append(codec.SPANS, b"c" * 1000)
+    again.close()
+
+
+def test_checkpoint_round_trip_and_one_producer_per_spool(tmp_path):
+    checkpoint = Checkpoint(Position(2, 10), Position(3, 0), Position(3, 99), 4, {"spans": 1})
+    save_checkpoint(tmp_path, checkpoint)
+    assert load_checkpoint(tmp_path) == checkpoint
+    first = Producer(tmp_path, max_bytes=1 << 20)
+    with pytest.raises(RuntimeError, match="another process"):
+        Producer(tmp_path, max_bytes=1 << 20)
+    first.close()
+
+
+# -- offload=True --------------------------------------------------------------------------------
+
+
+def _offload_provider(
+    project: str, name: str, **options
+) -> tuple[TracerProvider, TrackioSpanExporter]:
+    exporter = TrackioSpanExporter(project, name, offload=True, **options)
+    assert exporter.offloaded is not None
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=64))
+    return provider, exporter
+
+
+def test_offloaded_traces_are_identical_to_in_process_ones(project):
+    in_process = TrackioSpanExporter(project, "in-process")
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
+    provider.add_span_processor(BatchSpanProcessor(in_process, max_export_batch_size=64))
+    _emit(provider, steps=2, samples=12)
+    provider.shutdown()
+
+    provider, exporter = _offload_provider(project, "offloaded")
+    _emit(provider, steps=2, samples=12)
+    provider.shutdown()
+    writer = exporter.offloaded.writer_pid
+    assert not _alive(writer)  # no process left behind
+    assert not exporter.offloaded.path.exists()  # drained and cleaned up
+
+    expected = _normalised(read_traces(project, "in-process"))
+    got = _normalised(read_traces(project, "offloaded"))
+    assert len(got) == 24
+    assert got == expected
+
+
+def test_force_flush_returns_once_everything_is_durable(project):
+    provider, exporter = _offload_provider(project, "flush")
+    _emit(provider, steps=1, samples=30)
+    assert provider.force_flush()  # drains the batch processor into the spool
+    assert exporter.force_flush()  # the writer has logged and written all of it
+    assert len(read_traces(project, "flush")) == 30  # no waiting: already in storage
+    assert exporter.stats.samples_logged == 30
+    provider.shutdown()
+    assert exporter.export([]).name == "FAILURE"  # after shutdown
+
+
+def test_a_killed_writer_is_restarted_and_nothing_is_lost_or_logged_twice(project):
+    provider, exporter = _offload_provider(project, "crash")
+    offload = exporter.offloaded
+    for round_ in range(4):
+        _emit(provider, steps=1, samples=40, start=round_ * 40)
+        provider.force_flush()  # into the spool; the writer is busy logging it
+        time.sleep(0.05 * round_)
+        os.kill(offload.writer_pid, signal.SIGKILL)  # mid-drain, at a different moment each time
+    assert exporter.force_flush(60_000)
+    provider.shutdown()
+    assert offload.writer_starts >= 4
+    traces = read_traces(project, "crash")
+    assert _keys(traces) == [(0, i) for i in range(160)]  # each sample exactly once
+    assert all(
+        t["metadata"]["span_count"] == 3 and not t["metadata"].get("partial") for t in traces
+    )
+
+
+ROLLOUT = textwrap.dedent(
+    """
+    # A rollout process that is killed (SIGKILL) right after its spans were spooled.
+    import os, signal, sys, time
+    sys.path.insert(0, sys.argv[3])
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from otel_trackio import TrackioSpanExporter
+    from test_spool import _emit
+    exporter = TrackioSpanExporter(sys.argv[1], sys.argv[2], offload=True)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _emit(provider, steps=2, samples=25)
+    tracer = provider.get_tracer("t")
+    open_root = tracer.start_span("rollout", attributes={"step": 9, "sample_index": 99})
+    print(exporter.offloaded.writer_pid, flush=True)
+    if sys.argv[4] == "both":
+        os.kill(exporter.offloaded.writer_pid, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def _killed_rollout(project: str, name: str, trackio_dir: str, mode: str) -> int:
+    env = {**os.environ, "TRACKIO_DIR": trackio_dir}
+    child = subprocess.run(
+        [sys.executable, "-c", ROLLOUT, project, name, str(REPO / "tests"), mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    return int(child.stdout.strip().splitlines()[-1])
+
+
+def test_a_killed_rollout_process_leaves_a_writer_that_logs_everything_and_exits(
+    project, trackio_dir
+):
+    writer = _killed_rollout(project, "killed", trackio_dir, "rollout")
+    _wait_until(lambda: not _alive(writer))  # it drains, then exits on its own
+    traces = read_traces(project, "killed")
+    assert _keys([t for t in traces if t["step"] < 9]) == [
+        (s, i) for s in (0, 1) for i in range(25)
+    ]
+
+
+def test_writer_and_rollout_both_killed_the_next_start_of_the_run_finishes_it(project, trackio_dir):
+    writer = _killed_rollout(project, "both", trackio_dir, "both")
+    _wait_until(lambda: not _alive(writer))
+    assert len(read_traces(project, "both")) < 50  # the writer died before it was done
+    provider, _ = _offload_provider(project, "both", resume="allow")  # a new start of the run
+    provider.shutdown()
+    traces = [t for t in read_traces(project, "both") if t["step"] < 9]
+    assert _keys(traces) == [(s, i) for s in (0, 1) for i in range(25)]
+
+
+def test_offload_under_opentelemetry_instrument(project, trackio_dir, tmp_path):
+    app = tmp_path / "app.py"
+    app.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO / 'tests')!r})\n"
+        "from opentelemetry import trace\n"
+        "from test_spool import _emit\n"
+        "_emit(trace.get_tracer_provider(), steps=1, samples=10)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(
+        TRACKIO_DIR=trackio_dir,
+        OTEL_TRACES_EXPORTER="trackio",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_EXPORTER_TRACKIO_PROJECT=project,
+        OTEL_EXPORTER_TRACKIO_RUN="zero-code",
+        OTEL_EXPORTER_TRACKIO_OFFLOAD="true",
+    )
+    instrument = Path(sys.executable).parent / "opentelemetry-instrument"
+    result = subprocess.run(
+        [str(instrument), sys.executable, str(app)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _keys(read_traces(project, "zero-code")) == [(0, i) for i in range(10)]
+
+
+# -- the receiver --------------------------------------------------------------------------------
+
+
+def _finished_spans(samples: int, offset: int = 0) -> list:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+    for i in range(offset, offset + samples):
+        with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": i}):
+            with tracer.start_as_current_span("chat", attributes={"output.value": "y" * 2000}):
+                pass
+    return list(memory.get_finished_spans())
+
+
+def test_receiver_answers_before_trackio_and_a_full_spool_gets_503_then_retries_land(project):
+    receiver = OTLPReceiver(
+        project, "busy", port=0, summary_interval=0, sample_grace_seconds=0, spool_max_mb=0.05
+    ).start()
+    pipeline = receiver.router.default.spans
+    pipeline._lock.acquire()  # Trackio is slow: nothing drains for now
+    released = threading.Timer(1.5, pipeline._lock.release)
+    try:
+        session = requests.Session()
+        codes = []
+        for k in range(8):
+            body = encode_spans(_finished_spans(4, offset=4 * k)).SerializeToString()
+            started = time.monotonic()
+            codes.append(
+                session.post(receiver.url + "/v1/traces", data=body, headers=PROTOBUF).status_code
+            )
+            assert time.monotonic() - started < 1.0  # answered without waiting for Trackio
+        assert 503 in codes and 200 in codes
+        busy = session.post(
+            receiver.url + "/v1/traces",
+            data=encode_spans(_finished_spans(4, offset=996)).SerializeToString(),
+            headers=PROTOBUF,
+        )
+        assert busy.status_code == 503 and int(busy.headers["Retry-After"]) > 0
+        # The official exporter retries 503 with backoff: its data lands once room is made.
+        released.start()
+        exporter = OTLPSpanExporter(endpoint=receiver.url + "/v1/traces", timeout=30)
+        assert exporter.export(_finished_spans(3, offset=500)).name == "SUCCESS"
+    finally:
+        if released.is_alive() or released.finished.is_set():
+            released.join()
+        else:
+            pipeline._lock.release()
+        receiver.stop()
+    stored = {t["metadata"]["sample_index"] for t in read_traces(project, "busy")}
+    accepted = {4 * k + j for k, code in enumerate(codes) if code == 200 for j in range(4)}
+    assert stored == accepted | {500, 501, 502}
+
+
+SERVE = [sys.executable, "-m", "otel_trackio", "serve", "--port", "0", "--summary-seconds", "0"]
+
+
+def _serve(project: str, trackio_dir: str, *args: str) -> tuple[subprocess.Popen, str]:
+    server = subprocess.Popen(
+        [*SERVE, "--project", project, "--name", "restart", *args],
+        env={**os.environ, "TRACKIO_DIR": trackio_dir},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+    for line in server.stdout:
+        if "listening on" in line:
+            return server, line.split("listening on ")[1].split()[0]
+    raise AssertionError(server.communicate()[0])
+
+
+def test_receiver_sigterm_with_a_backlog_then_restart_loses_nothing(project, trackio_dir):
+    # No grace period, so the drain is busy writing to Trackio while the requests come.
+    server, url = _serve(
+        project, trackio_dir, "--drain-seconds", "0", "--sample-grace-seconds", "0"
+    )
+    session = requests.Session()
+    spans = _finished_spans(4000)  # sent in ~0.4 s; Trackio stores them in ~1.6 s here
+    for k in range(0, len(spans), 400):
+        body = encode_spans(spans[k : k + 400]).SerializeToString()
+        assert session.post(url + "/v1/traces", data=body, headers=PROTOBUF).status_code == 200
+    server.send_signal(signal.SIGTERM)
+    output, _ = server.communicate(timeout=120)
+    assert server.returncode == 0, output
+    assert "left in the spool" in output, output  # it stopped with a backlog
+    first = len(read_traces(project, "restart"))
+    assert first < 4000
+
+    server, url = _serve(project, trackio_dir)  # the same project and run: the same spool
+    server.send_signal(signal.SIGTERM)
+    output, _ = server.communicate(timeout=120)
+    assert server.returncode == 0, output
+    indexes = sorted(t["metadata"]["sample_index"] for t in read_traces(project, "restart"))
+    assert indexes == list(range(4000))  # all of them, once each
+
+
+def test_drain_command_logs_a_leftover_spool_without_serving(project, trackio_dir):
+    server, url = _serve(
+        project, trackio_dir, "--drain-seconds", "0", "--sample-grace-seconds", "0"
+    )
+    body = encode_spans(_finished_spans(50)).SerializeToString()
+    assert requests.post(url + "/v1/traces", data=body, headers=PROTOBUF).status_code == 200
+    server.send_signal(signal.SIGTERM)
+    server.communicate(timeout=120)
+    drained = subprocess.run(
+        [sys.executable, "-m", "otel_trackio", "drain", "--project", project, "--name", "restart"],
+        env={**os.environ, "TRACKIO_DIR": trackio_dir},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert drained.returncode == 0, drained.stderr
+    assert "done" in drained.stdout
+    assert sorted(t["metadata"]["sample_index"] for t in read_traces(project, "restart")) == list(
+        range(50)
+    )
