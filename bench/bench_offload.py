@@ -123,6 +123,21 @@ def run(arm: str, samples: int, latency: float, receiver: Receiver | None) -> di
     return {"wall": wall, "cpu": cpu, "shutdown": shutdown, "stored": stored or 0}
 
 
+def best_runs(
+    samples: int, latency: float, receiver: Receiver | None, rounds: int
+) -> dict[str, dict[str, float]]:
+    """Each arm's best round (least rollout wall time), arms alternating; stored counts add up."""
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(rounds):
+        for arm in ARMS:
+            result = run(arm, samples, latency, receiver)
+            stored = best.get(arm, {}).get("stored", 0) + result["stored"]
+            if arm not in best or result["wall"] < best[arm]["wall"]:
+                best[arm] = result
+            best[arm]["stored"] = stored
+    return best
+
+
 async def _async_rollout(
     tracer: object, concurrency: int, samples: int, latency: float
 ) -> list[float]:
@@ -192,6 +207,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--latency-ms", type=float, default=2.0)
     parser.add_argument("--async-samples", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3, help="arms alternate; best round counts")
     args = parser.parse_args()
     spans = args.samples * w.SPANS_PER_SAMPLE
     latency = args.latency_ms / 1000
@@ -199,13 +215,13 @@ def main() -> None:
     try:
         run("in-process", 100, 0.0, receiver)  # warm imports and caches
         run("offload", 100, 0.0, receiver)
-        storm = {arm: run(arm, args.samples, 0.0, receiver) for arm in ARMS}
-        paced = {arm: run(arm, args.samples, latency, receiver) for arm in ARMS}
-        lag = best_lag(args.async_samples, latency, receiver, rounds=2)
+        storm = best_runs(args.samples, 0.0, receiver, args.rounds)
+        paced = best_runs(args.samples, latency, receiver, args.rounds)
+        lag = best_lag(args.async_samples, latency, receiver, args.rounds)
     finally:
         receiver.stop()
     # The OTLP arm's receiver also got the asyncio rounds' samples.
-    stored_otlp = w.count_traces(receiver.project, "r") - 2 * args.async_samples
+    stored_otlp = w.count_traces(receiver.project, "r") - args.rounds * args.async_samples
     for label, figures in (("span storm", storm), (f"{args.latency_ms:g} ms latency", paced)):
         for arm in ARMS:
             f = figures[arm]
@@ -219,7 +235,7 @@ def main() -> None:
     }
     wall_paced = {arm: paced[arm]["wall"] / paced["noop"]["wall"] for arm in ARMS[1:]}
     wall_storm = {arm: storm[arm]["wall"] / storm["noop"]["wall"] for arm in ARMS[1:]}
-    expected = 2 * args.samples  # storm + paced arms
+    expected = 2 * args.samples * args.rounds  # storm + paced arms, every round
     stored = {
         "in-process": storm["in-process"]["stored"] + paced["in-process"]["stored"],
         "offload": storm["offload"]["stored"] + paced["offload"]["stored"],

@@ -10,6 +10,7 @@ and run return the existing handle, a different one replaces it.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -339,6 +340,8 @@ def configure(
     """
     global _installed, _active
     chosen = settings_for(project, name, settings, options)
+    if chosen.offload is None:  # configure() offloads unless told not to (see the README)
+        chosen = dataclasses.replace(chosen, offload=True)
     request = _Request(chosen, run, metrics)
     with _lock:
         previous = _active

@@ -143,6 +143,33 @@ def is_remote(run: RunLike) -> bool:
     return getattr(run, "_is_local", True) is False
 
 
+def run_id(run: RunLike) -> str | None:
+    """Trackio's id of ``run`` (its name can be shared by several runs), if it has one."""
+    value = getattr(run, "id", None)
+    return str(value) if value is not None else None
+
+
+def join_run(run: RunLike, parent_run_id: str | None) -> None:
+    """Make ``run`` (just opened by ``trackio.init`` in a writer process) log into the run of id
+    ``parent_run_id`` opened by the rollout process.
+
+    ``trackio.init(resume="allow")`` finds a run by name only once it was written to storage;
+    before that it starts a second run of the same name, and the two processes' data would be
+    split between them. Trackio has no public way to open a run by id, so the writer's ``Run``
+    takes the rollout process's id before it logs anything.
+    """
+    if parent_run_id is None or run_id(run) == parent_run_id:
+        return
+    if not hasattr(run, "id"):
+        _lost(
+            "Run.id",
+            "an offload writer may log into a second run of the same name until the first "
+            "one is written",
+        )
+        return
+    run.id = parent_run_id
+
+
 def histogram(counts: Sequence[int], edges: Sequence[float]) -> Any:
     """A ``trackio.Histogram`` from precomputed bucket counts and their ``len + 1`` edges."""
     return trackio.Histogram(np_histogram=(list(counts), list(edges)))

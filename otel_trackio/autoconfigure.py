@@ -15,6 +15,7 @@ exporter then logs one error naming the variable and sends nothing.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -55,6 +56,8 @@ def settings_from_env(
     ``OTEL_EXPORTER_TRACKIO_PROJECT`` when it is unset and ``require_project`` is true.
     """
     settings = TrackioSettings.from_env(environ, **overrides)
+    if settings.offload is None:  # zero-code offloads unless told not to (see the README)
+        settings = dataclasses.replace(settings, offload=True)
     if require_project and settings.project is None:
         raise TrackioConfigError(
             f"otel-trackio: set {OTEL_EXPORTER_TRACKIO_PROJECT} to the Trackio project to log "

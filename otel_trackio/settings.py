@@ -147,6 +147,9 @@ _CAP = _Kind(
     "expected an integer >= 0, or None", lambda v: v is None or (_is_int(v) and v >= 0), int
 )
 _INT = _Kind("expected an integer", _is_int, int)
+_OPTIONAL_BOOL = _Kind(
+    "expected a boolean (true/false), or None", lambda v: v is None or isinstance(v, bool), _flag
+)
 _BOOL = _Kind("expected a boolean (true/false)", lambda v: isinstance(v, bool), _flag)
 _DECODER = _Kind(
     "expected a callable ids -> str ('module:function' or 'none' in the environment)",
@@ -191,7 +194,8 @@ class TrackioSettings:
         token_decoder: turns token id lists on spans into text (on the export thread).
         token_id_attributes: which span attributes hold token ids, and the side each fills.
         offload: the span exporter only turns spans into compact records and spools them; a
-            writer process it starts converts them and logs them to Trackio.
+            writer process it starts converts them and logs them to Trackio. None: on for
+            ``configure()`` and the zero-code setup, off for an exporter built by hand.
         spool_dir: where spools live (default: ``otel-trackio-spool`` in the Trackio folder).
         spool_max_mb: the bound of one spool on disk; past it ``export()`` returns FAILURE (the
             receiver answers 503 with ``Retry-After``).
@@ -233,7 +237,7 @@ class TrackioSettings:
         DEFAULT_TOKEN_ID_ATTRIBUTES, _SIDES, env.OTEL_EXPORTER_TRACKIO_TOKEN_ID_ATTRIBUTES
     )
 
-    offload: bool = _setting(False, _BOOL, env.OTEL_EXPORTER_TRACKIO_OFFLOAD)
+    offload: bool | None = _setting(None, _OPTIONAL_BOOL, env.OTEL_EXPORTER_TRACKIO_OFFLOAD)
     spool_dir: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_SPOOL_DIR)
     spool_max_mb: float = _setting(1024.0, _POSITIVE, env.OTEL_EXPORTER_TRACKIO_SPOOL_MAX_MB)
 

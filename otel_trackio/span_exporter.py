@@ -60,7 +60,7 @@ class TrackioSpanExporter(SpanExporter):
             settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
         )
         self._offload: OffloadClient | None = None
-        if settings.offload:
+        if settings.offload:  # None (the default) is off here; configure() turns it on
             why_not = portable(settings)
             if (
                 why_not is None

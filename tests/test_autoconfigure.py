@@ -170,6 +170,7 @@ def test_options_from_env(env):
         max_buffered_spans=10,
         max_value_chars=100,
         token_decoder=upper_decoder,
+        offload=True,  # the zero-code default
     )
     assert settings.init_kwargs == {"server_url": "http://127.0.0.1:1", "resume": "allow"}
 

@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from .._open_samples import OPEN_SAMPLES
 from .._pipeline import ExportStats
-from .._trackio import TrackioSink, trackio_dir
+from .._trackio import TrackioSink, run_id, trackio_dir
 from ..settings import TrackioSettings
 from . import codec
 from .segments import Producer, SpoolFull, load_checkpoint
@@ -88,7 +88,9 @@ class OffloadClient:
             run_folder / f"{_safe(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         )
         self.producer = Producer(self.path, int(settings.spool_max_mb * 1024 * 1024))
-        config = WriterConfig(settings, sink.project, sink.run_name, os.getpid())
+        config = WriterConfig(
+            settings, sink.project, sink.run_name, os.getpid(), run_id(sink.run)
+        )
         with open(self.path / CONFIG_FILE, "wb") as handle:
             pickle.dump(config, handle)
         self._lock = threading.Lock()

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .._open_samples import OpenSampleRegistry
 from .._pipeline import TracePipeline, grace_seconds
-from .._trackio import TrackioSink
+from .._trackio import TrackioSink, join_run
 from ..settings import TrackioSettings
 from .drain import Drainer
 from .segments import is_locked
@@ -50,6 +50,7 @@ class WriterConfig:
     project: str
     name: str
     parent_pid: int
+    run_id: str | None = None
 
 
 @dataclass
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = config.settings
     init = {**settings.init_kwargs, "resume": "allow", "auto_log_cpu": False, "auto_log_gpu": False}
     sink = TrackioSink(config.project, config.name, init_kwargs=init)
+    join_run(sink.run, config.run_id)
     registry = OpenSampleRegistry()
     pipeline = TracePipeline(
         settings, sink, grace_seconds=grace_seconds(settings, receiver=False), open_samples=registry
