@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._conversation import build_conversation
+from ._conversation import build_conversation, settle_model_calls
 from ._records import SpanRecord
 from ._samples import Sample
 from ._values import as_text, attribute_json, limit, storable
@@ -46,11 +46,12 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     ids = {s.span_id for s in spans}
     root = sample.root
     facts = [read_span_facts(s, settings) for s in spans]
+    settle_model_calls(spans, facts)  # wrapper LLM spans are no model calls: before the kinds
     span_dicts = [
         _translate_span(s, f, root, ids, settings) for s, f in zip(spans, facts, strict=True)
     ]
     generations = [f for f in facts if f.kind == "generation"]
-    messages = build_conversation(generations)
+    messages = build_conversation(generations, settings.token_decoder)
     if not messages and root is not None:
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
