@@ -194,7 +194,12 @@ def test_litellm_default_mode_is_detected(project):
         if root["kind"] == "generation":  # a call's attributes landed before the root ended
             assert "USE_OTEL_LITELLM_REQUEST_SPAN=true" in root["metadata"]["otel_trackio.note"]
             assert root["usage"]["input_tokens"] == INPUT_TOKENS
-            assert messages == full[: len(messages)], messages  # a true prefix, in order
+            # A true prefix, in order: the first call's, whose tool call LiteLLM recorded without
+            # its id, or the whole conversation when the last call's attributes landed.
+            assert len(messages) in (3, 5), messages
+            if len(messages) == 3:
+                full[2] = {**full[2], "tool_calls": [{**CALL, "id": ""}]}
+            assert messages == full[: len(messages)], messages
         else:
             assert messages == []
 
