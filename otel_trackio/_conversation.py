@@ -6,18 +6,34 @@ alignment, like ``diff``) and only the turns the alignment does not match are ad
 So a multi-turn agent whose latest call repeats the whole history gives exactly that history;
 turns an earlier call had and a later one dropped (a summarised tool result, another branch) are
 kept where they were; and a message genuinely sent twice (the user says "go on" twice) stays
-twice, because alignment matches messages one to one instead of collapsing equal ones.
+twice, because alignment matches messages one to one instead of collapsing equal ones. A tool
+call is matched by name and arguments, not id (LiteLLM records a model's call without its id;
+the next call's copy, which has it, wins).
+
+Token ids (verl's agent loop): when a call's prompt ids start with an earlier call's prompt +
+response ids, that call continues the earlier one: its input is the earlier call's conversation
+plus one user turn decoded from the new ids only, instead of the whole prompt decoded again.
+
+Which generations are model calls (:func:`settle_model_calls`, before the merge): a generation
+whose messages come only from its input/output values is a *wrapper* when it encloses a
+generation with messages of its own (LlamaIndex's outer ``achat``/``astream_chat``): it becomes a
+plain span (no turns, no usage). When any generation of the sample has messages of its own, the
+value-only ones add no turns from values that are no chat request/response (Python reprs, tool
+lists, arguments), and one left with nothing (no turns, usage or token ids) is a plain span too
+(LlamaIndex's ``_prepare_chat_with_tools``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from difflib import SequenceMatcher
 from typing import Any
 
-from .conventions import SpanFacts
+from ._records import SpanRecord
+from .conventions import SpanFacts, tokens
 from .conventions._common import parse_json
+from .settings import TokenDecoder
 
 #: message keys kept in the conversation (span outputs keep everything, e.g. ``finish_reason``).
 MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")
@@ -33,13 +49,13 @@ def _clean(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _message_key(message: Mapping[str, Any]) -> Hashable:
-    """Identity of a message for alignment: role, text, tool calls (arguments compared as JSON)."""
+    """Identity of a message for alignment: role, text, tool calls (name and arguments compared
+    as JSON; ids are not compared, some instrumentations record a call without its id)."""
     content = message.get("content") or ""
     if not message.get("tool_calls") and isinstance(content, str):
         return (message.get("role"), content, message.get("tool_call_id"))  # the common, cheap case
     calls = [
         [
-            c.get("id"),
             (c.get("function") or {}).get("name"),
             parse_json((c.get("function") or {}).get("arguments")),
         ]
@@ -75,15 +91,25 @@ def _merge(
     return merged, merged_keys
 
 
-def build_conversation(calls: Iterable[SpanFacts]) -> list[dict[str, Any]]:
-    """Merge the model calls of a sample (in start order) into one OpenAI-style message list."""
+def build_conversation(
+    calls: Iterable[SpanFacts], decoder: TokenDecoder | None = None
+) -> list[dict[str, Any]]:
+    """Merge the model calls of a sample (in start order) into one OpenAI-style message list.
+
+    ``decoder`` (the settings' token decoder) decodes the new ids of a token-id call that
+    continues an earlier one.
+    """
     system: list[dict[str, Any]] = []
     system_keys: set[Hashable] = set()
     conversation: list[dict[str, Any]] = []
     keys: list[Hashable] = []
+    # (prompt + response ids of a token-id call, the turns it ends with), in call order
+    token_calls: list[tuple[list[int], list[dict[str, Any]]]] = []
     for call in calls:
         turns: list[dict[str, Any]] = []
-        for message in [*call.system_messages, *(call.input_messages or ())]:
+        inputs = call.input_messages or ()
+        continued = _continued(call, token_calls, decoder)
+        for message in [*call.system_messages, *(continued or inputs)]:
             if message.get("role") == "system":
                 key = _message_key(message)
                 if key not in system_keys:
@@ -92,6 +118,63 @@ def build_conversation(calls: Iterable[SpanFacts]) -> list[dict[str, Any]]:
             else:
                 turns.append(_clean(message))
         turns.extend(_clean(m) for m in call.output_messages or ())
+        if call.prompt_ids is not None and call.response_ids is not None:
+            token_calls.append((call.prompt_ids + call.response_ids, turns))
         if turns:
             conversation, keys = _merge(conversation, keys, turns)
     return system + conversation
+
+
+def _continued(
+    call: SpanFacts,
+    token_calls: list[tuple[list[int], list[dict[str, Any]]]],
+    decoder: TokenDecoder | None,
+) -> list[dict[str, Any]] | None:
+    """The input of a token-id call that continues an earlier one (its prompt ids start with
+    that call's prompt + response ids): the earlier call's turns, then the new ids decoded as
+    one user turn. None when it continues none (or the decoder fails)."""
+    prompt = call.prompt_ids
+    if prompt is None or decoder is None:
+        return None
+    for ids, turns in reversed(token_calls):
+        if len(ids) <= len(prompt) and prompt[: len(ids)] == ids:
+            new = prompt[len(ids) :]
+            try:
+                text = tokens.decode(decoder, new) if new else None
+            except Exception:  # noqa: BLE001 - a user callable must not cost the sample
+                return None
+            added: list[dict[str, Any]] = (
+                [] if text is None else [{"role": "user", "content": text}]
+            )
+            return [*turns, *added]
+    return None
+
+
+def settle_model_calls(spans: Sequence[SpanRecord], facts: Sequence[SpanFacts]) -> None:
+    """Decide, for the whole sample, which generations are model calls and which of their
+    turns count (rules in the module docstring). ``facts[i]`` belongs to ``spans[i]``; the
+    facts are updated in place (kind, messages)."""
+    generations = [i for i, f in enumerate(facts) if f.kind == "generation"]
+    own = [i for i in generations if facts[i].has_own_messages]
+    if not own:
+        return
+    parents = {s.span_id: s.parent_id for s in spans}
+    wrappers: set[int] = set()
+    for i in own:  # every ancestor of a generation with messages of its own
+        parent, seen = spans[i].parent_id, 0
+        while parent is not None and parent in parents and seen < len(spans):
+            wrappers.add(parent)
+            parent, seen = parents[parent], seen + 1
+    for i in generations:
+        f = facts[i]
+        if f.has_own_messages or not (f.value_sides or spans[i].span_id in wrappers):
+            continue
+        if spans[i].span_id in wrappers:
+            f.kind = "span"  # a wrapper around the model call, not a second one
+            continue
+        if "input" in f.loose_sides:
+            f.input_messages = None
+        if "output" in f.loose_sides:
+            f.output_messages = None
+        if f.input_messages is None and f.output_messages is None and not f.usage:
+            f.kind = "span"

@@ -9,12 +9,12 @@ import time
 from typing import Any
 
 from ._assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
-from ._conversation import build_conversation
+from ._conversation import build_conversation, settle_model_calls
 from ._metric_convert import format_attribute
 from ._records import SpanRecord
 from ._samples import Sample
 from ._values import as_text, attribute_json, cut_text, limit, storable
-from .conventions import SpanFacts, read_span_facts
+from .conventions import SpanFacts, dialects, read_span_facts
 from .settings import TrackioSettings
 
 TraceDict = dict[str, Any]
@@ -60,8 +60,8 @@ CONVENTION_NAMESPACES = frozenset(
         "openinference", "llm", "input", "output", "tool", "tool_call", "message",
         "message_content", "embedding", "retrieval", "reranker", "document", "image", "audio",
         "agent", "graph", "prompt", "tag",
-        # OpenLLMetry (Traceloop), Logfire (pydantic-ai)
-        "traceloop", "logfire", "pydantic_ai",
+        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM
+        "traceloop", "logfire", "pydantic_ai", "litellm",
     }
 )  # fmt: skip
 
@@ -97,11 +97,12 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     ids = {s.span_id for s in spans}
     root = sample.root
     facts = [read_span_facts(s, settings) for s in spans]
+    settle_model_calls(spans, facts)  # wrapper LLM spans are no model calls: before the kinds
     span_dicts = [
         _translate_span(s, f, root, ids, settings) for s, f in zip(spans, facts, strict=True)
     ]
     generations = [f for f in facts if f.kind == "generation"]
-    messages = build_conversation(generations)
+    messages = build_conversation(generations, settings.token_decoder)
     if not messages and root is not None:
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
@@ -214,7 +215,11 @@ def user_fields(
     fields: dict[str, Any] = {}
     if root is not None:
         consumed = facts[spans.index(root)].consumed
+        # LiteLLM's default mode wrote its call onto the root: its bookkeeping is no user field.
+        litellm = dialects.wrote_on_root(root.attributes)
         for key, value in root.attributes.items():
+            if litellm and key.partition(".")[0] in dialects.LITELLM_ROOT_NAMESPACES:
+                continue
             if key not in consumed and is_user_attribute(key, identity):
                 fields[key] = _header_value(value)
     scores: dict[str, Any] = {}

@@ -1,14 +1,19 @@
-"""A loopback OpenAI-compatible chat server for the instrumentation tests.
+"""A loopback OpenAI-compatible chat server for the instrumentation and framework tests.
 
-It answers ``POST /v1/chat/completions`` without a model: when the last message is a tool result
-it replies ``"answer to: <result>"``, otherwise it calls the ``calculator`` tool with
-``{"expr": "2+2"}``. Usage is always 11 input / 7 output tokens. Port 0, 127.0.0.1 only.
+It answers ``POST /v1/chat/completions`` without a model. By default (:func:`reply_for`): when
+the last message is a tool result it replies ``"answer to: <result>"``, otherwise it calls the
+``calculator`` tool with ``{"expr": "2+2"}``. A test may pass its own ``reply`` (request body →
+assistant message). Usage is always 11 input / 7 output tokens. ``stream: true`` requests get the
+same reply as server-sent chunks (with a usage chunk when ``stream_options.include_usage``).
+Every request body is kept in ``requests``, so a test can compare what a framework stored with
+what it actually sent. Port 0, 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,30 +21,34 @@ MODEL = "gpt-test"
 INPUT_TOKENS = 11
 OUTPUT_TOKENS = 7
 
+Reply = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def tool_call_message(name: str, arguments: str, call_id: str) -> dict[str, Any]:
+    """An assistant message calling one tool (OpenAI shape)."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        ],
+    }
+
 
 def reply_for(request: dict[str, Any]) -> dict[str, Any]:
-    """The chat completion the fake model gives for a request body."""
+    """The default script: call ``calculator`` until the last message is a tool result."""
     messages = request.get("messages") or []
     last = messages[-1] if messages else {}
-    n = len(messages)
     if last.get("role") == "tool":
-        message: dict[str, Any] = {"role": "assistant", "content": f"answer to: {last['content']}"}
-        finish = "stop"
-    else:
-        message = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "calculator", "arguments": '{"expr": "2+2"}'},
-                }
-            ],
-        }
-        finish = "tool_calls"
+        return {"role": "assistant", "content": f"answer to: {last['content']}"}
+    return tool_call_message("calculator", '{"expr": "2+2"}', "call_1")
+
+
+def completion(request: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+    """A whole chat completion carrying ``message``."""
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
     return {
-        "id": f"chatcmpl-{n}",
+        "id": f"chatcmpl-{len(request.get('messages') or [])}",
         "object": "chat.completion",
         "created": 1_700_000_000,
         "model": request.get("model") or MODEL,
@@ -52,7 +61,26 @@ def reply_for(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def chunks(request: dict[str, Any], message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The same completion as streamed chunks: role and content, tool calls, finish, usage."""
+    whole = completion(request, message)
+    head = {k: whole[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
+    finish = whole["choices"][0]["finish_reason"]
+    out = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+    ]
+    if (request.get("stream_options") or {}).get("include_usage"):
+        out.append({**head, "choices": [], "usage": whole["usage"]})
+    return out
+
+
 class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         try:
@@ -62,7 +90,12 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
-        self._send(200, reply_for(body))
+        self.server.requests.append(body)
+        message = self.server.reply(body)
+        if body.get("stream"):
+            self._stream(chunks(body, message))
+        else:
+            self._send(200, completion(body, message))
 
     def _send(self, code: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
@@ -72,21 +105,45 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _stream(self, events: list[dict[str, Any]]) -> None:
+        data = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events)
+        data += b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: tests read results, not access logs."""
 
 
-class FakeOpenAIServer:
-    """Context manager running the fake server on a free loopback port; ``base_url`` for clients."""
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
 
-    def __init__(self) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.reply = reply
+        self.requests: list[dict[str, Any]] = []
+
+
+class FakeOpenAIServer:
+    """Context manager running the fake server on a free loopback port; ``base_url`` for clients,
+    ``requests`` for the bodies received."""
+
+    def __init__(self, reply: Reply = reply_for) -> None:
+        self._server = _Server(reply)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every chat request body received so far, in order."""
+        return self._server.requests
 
     def __enter__(self) -> FakeOpenAIServer:
         self._thread.start()

@@ -572,3 +572,182 @@ def test_odd_shapes_never_raise_nor_lose_the_sample(project, attributes):
     assert exporter.stats.conversion_errors == 0
     assert len(trace["spans"]) == 2
     assert all(isinstance(m, dict) and "role" in m for m in trace["messages"])
+
+
+# -- tool results, tool spans, model attributes ---------------------------------------------------
+
+
+def _tool_call_part(call_id: str, name: str, city: str) -> dict:
+    return {"type": "tool_call", "id": call_id, "name": name, "arguments": {"city": city}}
+
+
+def _tool_response_part(call_id: str, result: str) -> dict:
+    return {"type": "tool_call_response", "id": call_id, "result": result}
+
+
+@pytest.mark.parametrize("role", ["tool", "user"])
+def test_parallel_tool_results_are_one_tool_message_each(project, role):
+    """One GenAI message answering two parallel calls (pydantic-ai sends this) is two tool
+    messages, each with its own id, in order; older instrumentations send it as ``user``."""
+    history = [
+        {"role": "user", "parts": [{"type": "text", "content": "weather and time in Rome?"}]},
+        {
+            "role": "assistant",
+            "parts": [
+                _tool_call_part("c2", "weather", "Rome"),
+                _tool_call_part("c3", "time", "Rome"),
+            ],
+        },
+        {
+            "role": role,
+            "parts": [_tool_response_part("c2", "Sunny"), _tool_response_part("c3", "noon")],
+        },
+    ]
+    with traced(project) as (tracer, _):
+        with tracer.start_as_current_span("rollout", attributes=SAMPLE):
+            with tracer.start_as_current_span("chat") as span:
+                span.set_attribute("gen_ai.operation.name", "chat")
+                span.set_attribute("gen_ai.input.messages", json.dumps(history))
+                span.set_attribute(
+                    "gen_ai.output.messages",
+                    json.dumps(
+                        [{"role": "assistant", "parts": [{"type": "text", "content": "ok"}]}]
+                    ),
+                )
+    messages = one_trace(project)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert messages[2] == {"role": "tool", "content": "Sunny", "tool_call_id": "c2"}
+    assert messages[3] == {"role": "tool", "content": "noon", "tool_call_id": "c3"}
+
+
+def test_tool_results_beside_other_parts_keep_their_place():
+    facts = facts_of(
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": json.dumps(
+                [
+                    {
+                        "role": "user",
+                        "parts": [
+                            _tool_response_part("c1", "4"),
+                            {"type": "text", "content": "now double it"},
+                        ],
+                    },
+                    {"role": "user", "parts": [_tool_response_part("c9", "alone")]},
+                ]
+            ),
+        }
+    )
+    assert facts.input_messages == [
+        {"role": "tool", "content": "4", "tool_call_id": "c1"},
+        {"role": "user", "content": "now double it"},
+        {"role": "tool", "content": "alone", "tool_call_id": "c9"},
+    ]
+
+
+def test_tool_span_io_from_tool_attributes_first():
+    """``gen_ai.tool.call.*`` win over the messages a tool span carries as events (Strands);
+    pydantic-ai's older ``tool_arguments`` / ``tool_response`` are read too; without either, the
+    events' single messages give the I/O."""
+    events = (
+        _event("gen_ai.tool.message", {"role": "tool", "content": '{"expr": "1+1"}', "id": "c1"}),
+        _event("gen_ai.choice", {"message": '[{"text": "2"}]', "id": "c1"}),
+    )
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "calculator"}
+    from_attributes = facts_of(
+        {
+            **attributes,
+            "gen_ai.tool.call.arguments": '{"expr": "2+2"}',
+            "gen_ai.tool.call.result": '[{"text": "4"}]',
+        },
+        events=events,
+    )
+    version_2 = facts_of({**attributes, "tool_arguments": '{"expr":"2+2"}', "tool_response": "4"})
+    for facts in (from_attributes, version_2):
+        assert (facts.kind, facts.input, facts.output) == ("tool", {"expr": "2+2"}, "4")
+    assert {"tool_arguments", "tool_response"} <= version_2.consumed
+    from_events = facts_of(attributes, events=events)
+    assert (from_events.input, from_events.output) == ({"expr": "1+1"}, "2")
+
+
+def test_model_and_provider_attributes_are_not_repeated_in_metadata(project):
+    with traced(project) as (tracer, _):
+        with tracer.start_as_current_span("rollout", attributes=SAMPLE):
+            for request_model in ("m-1", "m"):
+                with tracer.start_as_current_span("chat") as span:
+                    span.set_attributes(
+                        {
+                            "gen_ai.operation.name": "chat",
+                            "gen_ai.request.model": request_model,
+                            "gen_ai.response.model": "m-1",
+                            "llm.model_name": "m-1",
+                            "gen_ai.provider.name": "openai",
+                            "gen_ai.system": "openai",
+                        }
+                    )
+    same, differs = [s for s in one_trace(project)["spans"] if s["kind"] == "generation"]
+    for span in (same, differs):
+        assert span["model"] == "m-1" and span["metadata"]["provider"] == "openai"
+        for key in ("gen_ai.response.model", "llm.model_name", "gen_ai.provider.name"):
+            assert key not in span["metadata"], key
+        assert "gen_ai.system" not in span["metadata"]
+    assert "gen_ai.request.model" not in same["metadata"]
+    # The model asked for is information when the reply came from another one: kept.
+    assert differs["metadata"]["gen_ai.request.model"] == "m"
+
+
+# -- token ids, multi-turn ------------------------------------------------------------------------
+
+
+def test_token_id_turns_read_once_each(project):
+    """verl's agent loop: each turn's prompt ids are the previous prompt + response + the new
+    turn. Only the new part becomes a turn; the span keeps its whole prompt and raw counts."""
+    prompt, reply_1, result, reply_2 = [0, 1], [2, 3], [4], [5, 6]
+    turn_2 = prompt + reply_1 + result
+    with traced(project, token_decoder=_decoder([])) as (tracer, _):
+        with tracer.start_as_current_span("rollout", attributes=SAMPLE):
+            for prompt_ids, response_ids in ((prompt, reply_1), (turn_2, reply_2)):
+                with tracer.start_as_current_span("generate") as span:
+                    span.set_attribute("prompt_ids", prompt_ids)
+                    span.set_attribute("response_ids", response_ids)
+            with tracer.start_as_current_span("generate") as span:  # not a continuation
+                span.set_attribute("prompt_ids", [9, 9])
+                span.set_attribute("response_ids", [8])
+    trace = one_trace(project)
+    assert trace["messages"] == [
+        {"role": "user", "content": "ab"},
+        {"role": "assistant", "content": "cd"},
+        {"role": "user", "content": "e"},
+        {"role": "assistant", "content": "fg"},
+        {"role": "user", "content": "jj"},
+        {"role": "assistant", "content": "i"},
+    ]
+    second = [s for s in trace["spans"] if s["kind"] == "generation"][1]
+    assert second["input"] == "abcde"  # what that call got
+    assert second["metadata"]["prompt_ids.count"] == 5
+    assert second["metadata"]["response_ids.count"] == 2
+
+
+def test_token_id_continuation_without_new_ids_and_with_a_failing_decoder(project):
+    calls: list[str] = []
+
+    def decode(ids: list[int]) -> str:
+        if ids == [7]:
+            raise ValueError("unknown id")
+        return _decoder(calls)(ids)
+
+    with traced(project, token_decoder=decode) as (tracer, _):
+        with tracer.start_as_current_span("rollout", attributes=SAMPLE):
+            for prompt_ids, response_ids in (([0], [1]), ([0, 1], [2]), ([0, 1, 2, 7], [3])):
+                with tracer.start_as_current_span("generate") as span:
+                    span.set_attribute("prompt_ids", prompt_ids)
+                    span.set_attribute("response_ids", response_ids)
+    messages = one_trace(project)["messages"]
+    # The second call adds no new ids: its reply follows the first; the third's new id does
+    # not decode alone, so its whole prompt (which does) stays one turn, as before.
+    assert messages[:3] == [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "assistant", "content": "c"},
+    ]
+    assert len(messages) == 5 and messages[-1] == {"role": "assistant", "content": "d"}

@@ -4,18 +4,26 @@ One small module per convention (``otel_genai``, ``openinference``, ``openllmetr
 this module applies the precedence when a span carries several forms (first one present wins,
 per field):
 
-- kind: ``gen_ai.operation.name`` > ``openinference.span.kind`` > ``traceloop.span.kind`` >
-  ``llm.request.type`` > inferred (messages, usage or token ids present → generation);
+- kind: ``gen_ai.operation.name`` (LiteLLM's call types such as ``acompletion`` included) >
+  ``openinference.span.kind`` > ``traceloop.span.kind`` > ``llm.request.type`` > inferred
+  (messages, usage or token ids present → generation);
 - messages (system, input and output each on their own): OTel JSON attributes > OTel events
   (``...operation.details``, then per-message events, then ``gen_ai.content.*``) > OpenInference
   ``llm.*_messages`` > OpenLLMetry ``gen_ai.prompt/completion.N`` > a generation's
   ``input.value``/``output.value`` (a request/response body or text) > decoded token ids;
-- model: ``gen_ai.response.model`` > ``gen_ai.request.model`` > ``llm.model_name``;
+- model: ``gen_ai.response.model`` > ``gen_ai.request.model`` > ``llm.model_name``; provider:
+  ``gen_ai.provider.name`` > ``gen_ai.system`` > ``llm.provider`` > ``llm.system`` (attributes
+  equal to the value chosen are consumed; one that differs, e.g. a request model other than the
+  response model, stays in metadata);
 - usage: ``gen_ai.usage.input/output_tokens`` > ``gen_ai.usage.prompt/completion_tokens`` >
   ``llm.token_count.prompt/completion``; cost: ``llm.cost.total`` > ``gen_ai.usage.cost`` >
   ``llm.cost.prompt + llm.cost.completion``;
-- tool input/output: ``gen_ai.tool.call.arguments/result`` > ``input.value``/``output.value`` >
-  ``traceloop.entity.input/output``.
+- tool input/output: ``gen_ai.tool.call.arguments/result`` > pydantic-ai's older
+  ``tool_arguments``/``tool_response`` > ``input.value``/``output.value`` >
+  ``traceloop.entity.input/output`` > the span's messages (one message: its content).
+
+Framework dialects (Strands/Bedrock blocks, smolagents' roles, LiteLLM's extras) are normalised
+by :mod:`.dialects` inside the readers.
 """
 
 from __future__ import annotations
@@ -27,15 +35,30 @@ from typing import Any
 from .._records import SpanRecord
 from .._values import as_float, as_int, as_text
 from ..settings import TrackioSettings
-from . import openinference, openllmetry, otel_genai, tokens
+from . import dialects, openinference, openllmetry, otel_genai, tokens
 from ._common import Messages, normalize_message, normalize_messages, parse_json
 
 __all__ = ["SpanFacts", "parse_json", "read_span_facts"]
 
 _DEFAULT_SETTINGS = TrackioSettings()
 
-GENERATION_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+GENERATION_OPERATIONS = frozenset(
+    {"chat", "text_completion", "generate_content", "completion"} | dialects.GENERATION_CALL_TYPES
+)
 TOOL_OPERATIONS = frozenset({"execute_tool"})
+MODEL_KEYS = (
+    "gen_ai.response.model",
+    "gen_ai.request.model",
+    "llm.model_name",
+    "llm.response.model",
+)
+PROVIDER_KEYS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+#: span metadata note on a sample root LiteLLM wrote its model-call attributes onto
+LITELLM_ROOT_NOTE = (
+    "LiteLLM wrote a model call's attributes onto this sample root (its default mode: onto the"
+    " current span, after the call, so calls that finished after the root ended are lost); set"
+    " USE_OTEL_LITELLM_REQUEST_SPAN=true for one span per call"
+)
 
 
 @dataclass(slots=True)
@@ -45,6 +68,12 @@ class SpanFacts:
     ``consumed`` names the attributes (and ``consumed_events`` the event indexes) already
     represented here, so they are not repeated in the span's metadata; ``extra_metadata`` holds
     notes to add there (token counts, decode errors).
+
+    For the sample-level rules (:mod:`.._conversation`): ``value_sides`` names the sides whose
+    messages a generation took from its input/output values (no message attributes), and
+    ``loose_sides`` those of them whose value was no chat request/response (arguments, Python
+    reprs); ``prompt_ids`` / ``response_ids`` are the token ids the input / output messages were
+    decoded from.
     """
 
     kind: str = "span"
@@ -60,6 +89,19 @@ class SpanFacts:
     consumed: set[str] = field(default_factory=set)
     consumed_events: set[int] = field(default_factory=set)
     extra_metadata: dict[str, Any] = field(default_factory=dict)
+    value_sides: set[str] = field(default_factory=set)
+    loose_sides: set[str] = field(default_factory=set)
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] | None = None
+
+    @property
+    def has_own_messages(self) -> bool:
+        """True when the span carries messages of its own (message attributes, events or token
+        ids), not only ones read from its input/output values."""
+        own_input = bool(self.system_messages) or self.input_messages is not None
+        return (own_input and "input" not in self.value_sides) or (
+            self.output_messages is not None and "output" not in self.value_sides
+        )
 
 
 def read_span_facts(span: SpanRecord, settings: TrackioSettings | None = None) -> SpanFacts:
@@ -70,17 +112,12 @@ def read_span_facts(span: SpanRecord, settings: TrackioSettings | None = None) -
     settings = settings or _DEFAULT_SETTINGS
     attrs = span.attributes
     facts = SpanFacts()
-    facts.model = _first_text(
-        attrs,
-        ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "llm.response.model"),
-    )
-    facts.provider = _first_text(
-        attrs, ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
-    )
+    facts.model = _first_text(attrs, MODEL_KEYS, facts.consumed)
+    facts.provider = _first_text(attrs, PROVIDER_KEYS, facts.consumed)
     facts.usage = _read_usage(attrs, facts.consumed)
     facts.cost_usd = _read_cost(attrs, facts.consumed)
     found_messages = _read_messages(span, facts)
-    has_ids, token_in, token_out = tokens.read(
+    text = tokens.read(
         attrs,
         settings.token_decoder,
         settings.token_id_attributes,
@@ -89,24 +126,34 @@ def read_span_facts(span: SpanRecord, settings: TrackioSettings | None = None) -
     )
     kind = _explicit_kind(attrs)
     if kind is None:
-        kind = "generation" if found_messages or facts.usage or has_ids else "span"
+        kind = "generation" if found_messages or facts.usage or text.found else "span"
     facts.kind = kind
     _read_io(attrs, facts)
     if kind == "generation":
-        _messages_from_io(facts, token_in, token_out)
-    if token_in is not None:
-        _fill(facts, "input", token_in, "prompt text")
-    if token_out is not None:
-        _fill(facts, "output", token_out, "response text")
+        _messages_from_io(facts, text)
+    if text.input is not None:
+        _fill(facts, "input", text.input, "prompt text")
+    if text.output is not None:
+        _fill(facts, "output", text.output, "response text")
+    if settings.sample_attribute in attrs and dialects.wrote_on_root(attrs):
+        facts.extra_metadata["otel_trackio.note"] = LITELLM_ROOT_NOTE
     return facts
 
 
-def _first_text(attrs: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+def _first_text(attrs: Mapping[str, Any], keys: tuple[str, ...], consumed: set[str]) -> str | None:
+    """The first non-empty value among ``keys``; every key holding that same value is consumed
+    (it is the field now), a key holding another value stays in metadata (it is information)."""
+    found: str | None = None
     for key in keys:
         value = attrs.get(key)
-        if value is not None and value != "":
-            return as_text(value)
-    return None
+        if value is None or value == "":
+            continue
+        text = as_text(value)
+        if found is None:
+            found = text
+        if text == found:
+            consumed.add(key)
+    return found
 
 
 def _explicit_kind(attrs: Mapping[str, Any]) -> str | None:
@@ -205,6 +252,10 @@ def _read_messages(span: SpanRecord, facts: SpanFacts) -> bool:
             facts.input_messages = found.inputs
         if found.outputs is not None and facts.output_messages is None:
             facts.output_messages = found.outputs
+    if facts.output_messages:
+        facts.output_messages = dialects.function_calls(
+            facts.output_messages, attrs, facts.consumed
+        )
     return bool(
         facts.system_messages
         or facts.input_messages is not None
@@ -214,8 +265,9 @@ def _read_messages(span: SpanRecord, facts: SpanFacts) -> bool:
 
 _INPUT_KEYS = ("input.value", "traceloop.entity.input")
 _OUTPUT_KEYS = ("output.value", "traceloop.entity.output")
-_TOOL_INPUT_KEYS = ("gen_ai.tool.call.arguments", *_INPUT_KEYS)
-_TOOL_OUTPUT_KEYS = ("gen_ai.tool.call.result", *_OUTPUT_KEYS)
+# pydantic-ai's instrumentation version 2 names its tool I/O ``tool_arguments`` / ``tool_response``.
+_TOOL_INPUT_KEYS = ("gen_ai.tool.call.arguments", "tool_arguments", *_INPUT_KEYS)
+_TOOL_OUTPUT_KEYS = ("gen_ai.tool.call.result", "tool_response", *_OUTPUT_KEYS)
 
 
 def _value(attrs: Mapping[str, Any], key: str) -> Any:
@@ -226,6 +278,8 @@ def _value(attrs: Mapping[str, Any], key: str) -> Any:
 
 
 def _read_io(attrs: Mapping[str, Any], facts: SpanFacts) -> None:
+    """Input/output by precedence. A tool span's messages (e.g. Strands' events) are its I/O
+    only when no tool attribute gave it; any other span's messages always are."""
     tool = facts.kind == "tool"
     for side, keys in (
         ("input", _TOOL_INPUT_KEYS if tool else (*_INPUT_KEYS, "gen_ai.tool.call.arguments")),
@@ -238,32 +292,60 @@ def _read_io(attrs: Mapping[str, Any], facts: SpanFacts) -> None:
                 if key.endswith(".value"):
                     facts.consumed.add(f"{key[: -len('.value')]}.mime_type")
                 break
+    inputs = facts.system_messages + (facts.input_messages or [])
+    if tool:
+        if facts.input is None and inputs:
+            facts.input = _tool_value(inputs)
+        if facts.output is None and facts.output_messages:
+            facts.output = _tool_value(facts.output_messages)
+        facts.output = dialects.block_text(facts.output)
+        return
     if facts.input_messages is not None or facts.system_messages:
-        facts.input = facts.system_messages + (facts.input_messages or [])
+        facts.input = inputs
     if facts.output_messages is not None:
         facts.output = facts.output_messages
 
 
-def _messages_from_io(facts: SpanFacts, token_in: str | None, token_out: str | None) -> None:
+def _tool_value(messages: Messages) -> Any:
+    """A tool's arguments or result from the messages its span carried: one message's content
+    (JSON decoded), else the messages."""
+    if len(messages) == 1:
+        return parse_json(messages[0].get("content"))
+    return messages
+
+
+def _messages_from_io(facts: SpanFacts, text: tokens.TokenText) -> None:
     """A generation without message attributes: messages from its request/response bodies
     (``input.value``, a ``traced()`` call's arguments, ...) or from decoded token ids."""
     if facts.input_messages is None:
         if facts.input is not None and not facts.system_messages:
-            facts.input_messages = _request_messages(facts.input)
-        elif token_in is not None:
-            facts.input_messages = [{"role": "user", "content": token_in}]
+            facts.input_messages, chat = _request_messages(facts.input)
+            _from_value(facts, "input", chat)
+        elif text.input is not None:
+            facts.input_messages = [{"role": "user", "content": text.input}]
+            facts.prompt_ids = text.input_ids
     if facts.output_messages is None:
         if facts.output is not None:
-            facts.output_messages = [_response_message(facts.output)]
-        elif token_out is not None:
-            facts.output_messages = [{"role": "assistant", "content": token_out}]
+            message, chat = _response_message(facts.output)
+            facts.output_messages = [message]
+            _from_value(facts, "output", chat)
+        elif text.output is not None:
+            facts.output_messages = [{"role": "assistant", "content": text.output}]
+            facts.response_ids = text.output_ids
     system = [m for m in facts.input_messages or [] if m.get("role") == "system"]
     if system and not facts.system_messages:
         facts.system_messages = system
         facts.input_messages = [m for m in facts.input_messages or [] if m.get("role") != "system"]
 
 
-def _request_messages(value: Any) -> Messages:
+def _from_value(facts: SpanFacts, side: str, chat: bool) -> None:
+    facts.value_sides.add(side)
+    if not chat:
+        facts.loose_sides.add(side)
+
+
+def _request_messages(value: Any) -> tuple[Messages, bool]:
+    """(messages, whether ``value`` was a chat request: role messages or a prompt text)."""
     if isinstance(value, Mapping):
         for key in ("messages", "input", "prompt"):
             if key in value:
@@ -273,11 +355,12 @@ def _request_messages(value: Any) -> Messages:
         and value
         and all(isinstance(m, Mapping) and "role" in m for m in value)
     ):
-        return normalize_messages(value, "user")
-    return [{"role": "user", "content": as_text(value)}]
+        return normalize_messages(value, "user"), True
+    return [{"role": "user", "content": as_text(value)}], isinstance(value, str)
 
 
-def _response_message(value: Any) -> dict[str, Any]:
+def _response_message(value: Any) -> tuple[dict[str, Any], bool]:
+    """(the reply, whether ``value`` was a chat response: a completion body, a message or text)."""
     if isinstance(value, Mapping):
         choices = value.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
@@ -288,10 +371,10 @@ def _response_message(value: Any) -> dict[str, Any]:
                 message = {"role": "assistant", "content": as_text(choice.get("text"))}
             if choice.get("finish_reason") is not None:
                 message["finish_reason"] = as_text(choice["finish_reason"])
-            return message
+            return message, True
         if "role" in value or "parts" in value:
-            return normalize_message(value, "assistant")
-    return {"role": "assistant", "content": as_text(value)}
+            return normalize_message(value, "assistant"), True
+    return {"role": "assistant", "content": as_text(value)}, isinstance(value, str)
 
 
 def _fill(facts: SpanFacts, side: str, text: str, label: str) -> None:

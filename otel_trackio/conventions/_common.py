@@ -15,6 +15,7 @@ from typing import Any, TypeGuard
 import orjson
 
 from .._values import as_text
+from . import dialects
 
 Messages = list[dict[str, Any]]
 
@@ -118,9 +119,32 @@ def _part_text(part: Any) -> str | None:
     return None
 
 
+def _message_parts(message: Mapping[str, Any]) -> tuple[list[Any] | None, Any]:
+    """(the message's parts, or None; its parsed ``content`` when it has no ``parts``).
+
+    OTel ``parts`` as they are; a ``content`` list (OpenAI content parts, or a framework's
+    blocks, see :func:`.dialects.content_parts`) as parts too.
+    """
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        return parts, None
+    raw = parse_json(message.get("content"))
+    if isinstance(raw, list):
+        return dialects.content_parts(raw), None
+    return None, raw
+
+
+def _is_tool_response(part: Any) -> bool:
+    return is_map(part) and part.get("type") == "tool_call_response"
+
+
 def normalize_message(message: Any, default_role: str = "user") -> dict[str, Any]:
     """Any message form (OTel ``parts``, OpenAI ``content``/``tool_calls``, plain text) in
-    OpenAI shape. Never raises; unknown parts are kept in ``content``."""
+    OpenAI shape. Never raises; unknown parts are kept in ``content``.
+
+    One message in, one out: a message holding several tool results is split by
+    :func:`normalize_turns`, which the readers use.
+    """
     if not is_map(message):
         return {"role": default_role, "content": as_text(message)}
     out: dict[str, Any] = {"role": as_text(message.get("role")) or default_role}
@@ -129,28 +153,28 @@ def normalize_message(message: Any, default_role: str = "user") -> dict[str, Any
         [] if raw_calls is None else [tool_call(c) for c in _as_list(parse_json(raw_calls))]
     )
     reasoning: list[str] = []
-    parts = message.get("parts")
-    if isinstance(parts, list):
+    parts, raw = _message_parts(message)
+    if parts is not None:
         kept: list[Any] = []
+        responses = 0
         for part in parts:
             ptype = part.get("type") if is_map(part) else None
             if ptype == "tool_call":
                 tool_calls.append(tool_call(part))
             elif ptype == "tool_call_response":
+                responses += 1
                 if part.get("id") is not None:
                     out["tool_call_id"] = as_text(part.get("id"))
-                kept.append(as_text(part.get("response", part.get("result"))))
+                kept.append(as_text(dialects.block_text(part.get("response", part.get("result")))))
             elif ptype == "reasoning":
                 reasoning.append(as_text(part.get("content")))
             else:
                 kept.append(part)
+        if responses and responses == len(kept) and out["role"] == "user":
+            out["role"] = "tool"  # tool results sent in a user message are a tool message
         content: Any = parts_to_content(kept)
     else:
-        raw = parse_json(message.get("content"))
-        if isinstance(raw, list):
-            content = parts_to_content(raw)
-        else:
-            content = as_text(raw)
+        content = as_text(raw)
     out["content"] = content
     if tool_calls:
         out["tool_calls"] = tool_calls
@@ -171,13 +195,41 @@ def normalize_message(message: Any, default_role: str = "user") -> dict[str, Any
     return out
 
 
+def normalize_turns(message: Any, default_role: str) -> list[dict[str, Any]]:
+    """One message as the turns it holds: each tool result (``tool_call_response`` part) its own
+    ``{role: "tool", tool_call_id, content}`` message, in order, so parallel tool calls keep
+    every id; the other parts stay together, in place, with the message's role. A message of
+    tool results only is tool messages whatever its role (older instrumentations send them as
+    ``user``)."""
+    if not is_map(message):
+        return [normalize_message(message, default_role)]
+    parts, _ = _message_parts(message)
+    responses = 0 if parts is None else sum(1 for p in parts if _is_tool_response(p))
+    if parts is None or responses == 0 or len(parts) == 1:
+        return [normalize_message(message, default_role)]
+    base = {k: v for k, v in message.items() if k not in ("parts", "content", "tool_call_id")}
+    turns: list[dict[str, Any]] = []
+    run: list[Any] = []
+    for part in parts:
+        if _is_tool_response(part):
+            if run:
+                turns.append(normalize_message({**base, "parts": run}, default_role))
+                run = []
+            turns.append(normalize_message({"role": "tool", "parts": [part]}, "tool"))
+        else:
+            run.append(part)
+    if run:
+        turns.append(normalize_message({**base, "parts": run}, default_role))
+    return turns
+
+
 def normalize_messages(value: Any, default_role: str) -> list[dict[str, Any]]:
     """A message list from a JSON string, list or single message; raw text becomes one message."""
     parsed = parse_json(value)
     if isinstance(parsed, list):
-        return [normalize_message(m, default_role) for m in parsed]
+        return [turn for m in parsed for turn in normalize_turns(m, default_role)]
     if isinstance(parsed, Mapping) and ("role" in parsed or "parts" in parsed):
-        return [normalize_message(parsed, default_role)]
+        return normalize_turns(parsed, default_role)
     return [{"role": default_role, "content": as_text(parsed)}]
 
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._values import as_text
-from ._common import MessageForms, normalize_message, unflatten
+from . import dialects
+from ._common import MessageForms, normalize_turns, unflatten
 
 SPAN_KINDS = {"LLM": "generation", "TOOL": "tool"}
 
@@ -26,19 +27,26 @@ def kind(attrs: Mapping[str, Any]) -> str | None:
 
 
 def read(attrs: Mapping[str, Any], consumed: set[str]) -> MessageForms:
-    """Input and output messages from ``llm.input_messages`` / ``llm.output_messages``."""
+    """Input and output messages from ``llm.input_messages`` / ``llm.output_messages``
+    (smolagents' own roles read as what it sends, :func:`.dialects.agent_roles`)."""
     inputs = unflatten(attrs, "llm.input_messages.", consumed)
     outputs = unflatten(attrs, "llm.output_messages.", consumed)
     return MessageForms(
-        inputs=[_message(m, "user") for m in inputs] if inputs else None,
-        outputs=[_message(m, "assistant") for m in outputs] if outputs else None,
+        inputs=_messages(inputs, "user") if inputs else None,
+        outputs=_messages(outputs, "assistant") if outputs else None,
     )
 
 
-def _message(entry: dict[str, Any], default_role: str) -> dict[str, Any]:
+def _messages(entries: list[dict[str, Any]], default_role: str) -> list[dict[str, Any]]:
+    raw = dialects.agent_roles([_message(m) for m in entries])
+    return [turn for m in raw for turn in normalize_turns(m or None, default_role)]
+
+
+def _message(entry: dict[str, Any]) -> dict[str, Any]:
+    """One flattened entry as a plain message dict (empty when it holds no ``message``)."""
     flat = entry.get("message")
     if not isinstance(flat, Mapping):
-        return normalize_message(None, default_role)
+        return {}
     message: dict[str, Any] = {
         k: v for k, v in flat.items() if k not in ("contents", "tool_calls", "function_call_name")
     }
@@ -56,7 +64,7 @@ def _message(entry: dict[str, Any], default_role: str) -> dict[str, Any]:
             }
         ]
         message.pop("function_call_arguments_json", None)
-    return normalize_message(message, default_role)
+    return message
 
 
 def _content_part(entry: Any) -> Any:

@@ -18,6 +18,7 @@ from ._common import (
     Messages,
     normalize_message,
     normalize_messages,
+    normalize_turns,
     parse_json,
     parts_to_content,
 )
@@ -87,7 +88,7 @@ def read_events(events: Sequence[EventRecord], consumed_events: set[int]) -> Mes
             consumed_events.add(index)
             message = dict(attrs)
             message.setdefault("role", MESSAGE_EVENTS[event.name])
-            per_message.append(normalize_message(message, MESSAGE_EVENTS[event.name]))
+            per_message.extend(normalize_turns(message, MESSAGE_EVENTS[event.name]))
         elif event.name == "gen_ai.choice":
             consumed_events.add(index)
             choices.append(_choice(attrs))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..settings import TokenDecoder
 
@@ -30,17 +30,34 @@ def token_ids(value: Any) -> list[int] | None:
     return list(value)
 
 
+class TokenText(NamedTuple):
+    """What a span's token id attributes gave: whether any were present, and per side the
+    decoded text with the ids it came from (None when absent or not decoded)."""
+
+    found: bool = False
+    input: str | None = None
+    output: str | None = None
+    input_ids: list[int] | None = None
+    output_ids: list[int] | None = None
+
+
+def decode(decoder: TokenDecoder, ids: list[int]) -> str:
+    """``decoder(ids)`` as text (may raise: the caller decides what a failure costs)."""
+    decoded = decoder(ids)
+    return decoded if isinstance(decoded, str) else str(decoded)
+
+
 def read(
     attrs: Mapping[str, Any],
     decoder: TokenDecoder | None,
     names: Mapping[str, str],
     consumed: set[str],
     extra: dict[str, Any],
-) -> tuple[bool, str | None, str | None]:
-    """(any ids present, input text, output text). A failing decoder leaves the ids in metadata
-    and notes the error; it never raises."""
+) -> TokenText:
+    """The span's token ids, decoded. A failing decoder leaves the ids in metadata and notes
+    the error; it never raises."""
     found = False
-    texts: dict[str, str] = {}
+    texts: dict[str, tuple[str, list[int]]] = {}
     for name, side in names.items():
         ids = token_ids(attrs.get(name))
         if ids is None:
@@ -49,8 +66,7 @@ def read(
         if decoder is None:
             continue
         try:
-            decoded = decoder(ids)
-            text = decoded if isinstance(decoded, str) else str(decoded)
+            text = decode(decoder, ids)
         except Exception as exc:  # noqa: BLE001 - a user callable must not cost the sample
             extra[f"{name}.decode_error"] = repr(exc)
             continue
@@ -59,5 +75,12 @@ def read(
         if side in texts or side not in ("input", "output"):
             extra[f"{name}.text"] = text
         else:
-            texts[side] = text
-    return found, texts.get("input"), texts.get("output")
+            texts[side] = (text, ids)
+    prompt, response = texts.get("input"), texts.get("output")
+    return TokenText(
+        found,
+        prompt[0] if prompt else None,
+        response[0] if response else None,
+        prompt[1] if prompt else None,
+        response[1] if response else None,
+    )

@@ -1,0 +1,302 @@
+"""Framework dialects and the sample-level model-call rules, on hand-built spans.
+
+The shapes are those the real frameworks send (tests/test_frameworks.py runs the frameworks
+themselves); here each rule is pinned down on its own, with the odd cases a framework run does
+not reach: unknown blocks, parse failures, wrappers without a real call, value-only calls.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from conftest import read_traces
+from test_conventions import SAMPLE, _event, facts_of, one_trace, traced
+
+from otel_trackio.conventions import dialects
+
+# -- Strands / Bedrock content blocks --------------------------------------------------------------
+
+TOOL_USE = {"toolUse": {"toolUseId": "t1", "name": "calculator", "input": {"expr": "2+2"}}}
+TOOL_RESULT = {"toolResult": {"toolUseId": "t1", "status": "success", "content": [{"text": "4"}]}}
+CALL_T1 = {
+    "id": "t1",
+    "type": "function",
+    "function": {"name": "calculator", "arguments": '{"expr": "2+2"}'},
+}
+
+
+def test_bedrock_blocks_become_tool_calls_and_results():
+    facts = facts_of(
+        {"gen_ai.operation.name": "chat"},
+        events=(
+            _event("gen_ai.user.message", {"content": '[{"text": "2+2?"}]'}),
+            _event("gen_ai.assistant.message", {"content": json.dumps([TOOL_USE])}),
+            _event("gen_ai.tool.message", {"content": json.dumps([TOOL_RESULT])}),
+            _event("gen_ai.choice", {"message": '[{"text": "4"}]', "finish_reason": "end_turn"}),
+        ),
+    )
+    function = {"name": "calculator", "arguments": '{"expr": "2+2"}'}
+    assert facts.input_messages == [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_T1]},
+        {"role": "tool", "content": "4", "tool_call_id": "t1"},
+    ]
+    assert CALL_T1["function"] == function
+    assert facts.output_messages == [
+        {"role": "assistant", "content": "4", "finish_reason": "end_turn"}
+    ]
+
+
+def test_unknown_blocks_and_shapes_are_kept_as_they_came():
+    image = {"image": {"format": "png", "source": {"bytes": "<1 bytes>"}}}
+    assert dialects.content_parts([TOOL_USE, image])[1] == image
+    odd = [{"toolUse": 5}, {"toolResult": {"content": 7}}]
+    assert dialects.content_parts(odd)[0] == {"toolUse": 5}
+    assert dialects.content_parts([{"text": "a", "extra": 1}, TOOL_USE])[0] == {
+        "text": "a",
+        "extra": 1,
+    }
+    assert dialects.block_text([{"text": "a"}, {"json": {"b": 1}}]) == 'a\n{"b": 1}'
+    assert dialects.block_text([{"text": "a"}, {"other": 1}]) == [{"text": "a"}, {"other": 1}]
+    assert dialects.block_text("plain") == "plain"
+
+
+def test_strands_latest_tool_result_in_a_user_message_is_a_tool_message():
+    facts = facts_of(
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": json.dumps(
+                [
+                    {
+                        "role": "user",
+                        "parts": [
+                            {"type": "tool_call_response", "id": "t1", "response": [{"text": "4"}]}
+                        ],
+                    }
+                ]
+            ),
+        }
+    )
+    assert facts.input_messages == [{"role": "tool", "content": "4", "tool_call_id": "t1"}]
+
+
+# -- smolagents -----------------------------------------------------------------------------------
+
+
+def _openinference_inputs(messages: list[tuple[str, str]]) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"openinference.span.kind": "LLM"}
+    for i, (role, text) in enumerate(messages):
+        attrs[f"llm.input_messages.{i}.message.role"] = role
+        attrs[f"llm.input_messages.{i}.message.contents.0.message_content.type"] = "text"
+        attrs[f"llm.input_messages.{i}.message.contents.0.message_content.text"] = text
+    return attrs
+
+
+def test_smolagents_roles():
+    call = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]
+    two = [*call, {"id": "c2", "type": "function", "function": {"name": "g", "arguments": {}}}]
+    facts = facts_of(
+        _openinference_inputs(
+            [
+                ("user", "task"),
+                ("tool-call", f"Calling tools:\n{call}"),
+                ("tool-response", "Observation:\n1"),
+                ("tool-call", f"Calling tools:\n{two}"),
+                ("tool-response", "Observation:\nboth"),  # one text for two calls: no id
+                ("tool-call", "Calling tools:\n[{'id': 'c3', 'type': 'function'"),  # cut
+                ("tool-response", "Call id: c3\nError:\nboom"),
+            ]
+        )
+    )
+    roles = [(m["role"], m.get("tool_call_id")) for m in facts.input_messages]
+    assert roles == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "c1"),
+        ("assistant", None),
+        ("tool", None),
+        ("assistant", None),
+        ("tool", "c3"),
+    ]
+    assert facts.input_messages[1]["tool_calls"][0]["function"] == {
+        "name": "f",
+        "arguments": '{"x": 1}',
+    }
+    assert facts.input_messages[2]["content"] == "Observation:\n1"  # the text as sent
+    assert [c["id"] for c in facts.input_messages[3]["tool_calls"]] == ["c1", "c2"]
+    # A rendering that does not parse stays the text it was.
+    assert facts.input_messages[5]["content"].startswith("Calling tools:\n[{'id'")
+    assert "tool_calls" not in facts.input_messages[5]
+
+
+def test_python_literal_is_bounded():
+    assert dialects.python_literal("[{'a': (1, 2)}]") == [{"a": (1, 2)}]
+    assert dialects.python_literal("[" * 50 + "]" * 50) is None  # too deep for a call list
+    assert dialects.python_literal("__import__('os')") is None
+    assert dialects.python_literal("x" * 200_000) is None
+
+
+# -- LiteLLM --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("operation", "kind"),
+    [
+        ("acompletion", "generation"),
+        ("atext_completion", "generation"),
+        ("aresponses", "generation"),
+        ("aanthropic_messages", "generation"),
+        ("aembedding", "span"),
+        ("arerank", "span"),
+    ],
+)
+def test_litellm_call_types(operation, kind):
+    assert facts_of({"gen_ai.operation.name": operation}).kind == kind
+
+
+def test_litellm_function_call_fills_an_empty_output():
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.output.messages": json.dumps(
+            [{"role": "assistant", "parts": [], "finish_reason": "tool_calls"}]
+        ),
+        "gen_ai.completion.0.function_call.name": "calculator",
+        "gen_ai.completion.0.function_call.arguments": '{"expr": "2+2"}',
+    }
+    (message,) = facts_of(attrs).output_messages
+    assert message["tool_calls"] == [{**CALL_T1, "id": ""}]
+    # An output that has something keeps it; the extra attributes stay where they were.
+    attrs["gen_ai.output.messages"] = '[{"role": "assistant", "content": "hi"}]'
+    facts = facts_of(attrs)
+    assert facts.output_messages == [{"role": "assistant", "content": "hi"}]
+
+
+def test_litellm_on_the_sample_root_is_noted(project):
+    with traced(project) as (tracer, _):
+        with tracer.start_as_current_span("rollout") as root:
+            root.set_attributes(
+                {
+                    **SAMPLE,
+                    "litellm.call_id": "x",
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.input.messages": '[{"role": "user", "content": "hi"}]',
+                }
+            )
+            with tracer.start_as_current_span("litellm_request") as span:
+                span.set_attributes({"litellm.call_id": "y", "gen_ai.operation.name": "chat"})
+    spans = {s["name"]: s for s in one_trace(project)["spans"]}
+    assert "USE_OTEL_LITELLM_REQUEST_SPAN" in spans["rollout"]["metadata"]["otel_trackio.note"]
+    assert "otel_trackio.note" not in spans["litellm_request"]["metadata"]
+
+
+# -- which generations are model calls ------------------------------------------------------------
+
+REPR = "ChatMessage(role=<MessageRole.USER: 'user'>, blocks=[TextBlock(text='hi')])"
+
+
+def _llm(tracer, name: str, attributes: dict[str, Any]):
+    return tracer.start_as_current_span(
+        name, attributes={"openinference.span.kind": "LLM", **attributes}
+    )
+
+
+def _real_call(tracer, usage: int = 3) -> None:
+    with _llm(
+        tracer,
+        "inner",
+        {
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.content": "hi",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": "hello",
+            "llm.token_count.prompt": usage,
+            "llm.token_count.completion": 1,
+        },
+    ):
+        pass
+
+
+def test_wrapper_and_preparation_spans_are_no_model_calls(project):
+    """LlamaIndex's shape: an outer LLM span around the real one and a preparation LLM span,
+    both with only Python reprs in their values."""
+    with traced(project) as (tracer, _):
+        with tracer.start_as_current_span("rollout", attributes=SAMPLE):
+            with _llm(
+                tracer,
+                "prepare",
+                {
+                    "input.value": json.dumps(
+                        {"tools": ["<FunctionTool>"], "chat_history": [REPR]}
+                    ),
+                    "input.mime_type": "application/json",
+                    "output.value": json.dumps({"messages": [REPR]}),
+                    "output.mime_type": "application/json",
+                },
+            ):
+                pass
+            with _llm(
+                tracer,
+                "outer",
+                {
+                    "input.value": json.dumps({"messages": [REPR]}),
+                    "input.mime_type": "application/json",
+                    "output.value": "assistant: hello",
+                    "llm.token_count.prompt": 3,  # a wrapper repeating its child's usage
+                },
+            ):
+                _real_call(tracer)
+    trace = one_trace(project)
+    assert trace["messages"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    kinds = {s["name"]: s["kind"] for s in trace["spans"]}
+    assert kinds == {"rollout": "span", "prepare": "span", "outer": "span", "inner": "generation"}
+    assert trace["metadata"]["usage"] == {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}
+    outer = next(s for s in trace["spans"] if s["name"] == "outer")
+    assert outer["output"] == "assistant: hello"  # the span still shows what it carried
+
+
+def test_value_only_calls_next_to_a_real_one(project):
+    """A ``traced()`` policy next to an instrumented call: its chat-shaped values still add
+    turns; values that are no chat request/response (its arguments) do not."""
+    with traced(project) as (tracer, _):
+        with tracer.start_as_current_span("rollout", attributes=SAMPLE):
+            with _llm(
+                tracer,
+                "policy",
+                {
+                    "input.value": json.dumps({"messages": [{"role": "user", "content": "q"}]}),
+                    "output.value": "a",
+                },
+            ):
+                pass
+            with _llm(tracer, "scored", {"input.value": '{"question": "q"}', "output.value": "a2"}):
+                pass
+            with _llm(tracer, "args", {"input.value": '{"question": "q"}', "output.value": "{}"}):
+                pass
+            _real_call(tracer)
+    trace = one_trace(project)
+    assert trace["messages"] == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    kinds = {s["name"]: s["kind"] for s in trace["spans"]}
+    assert kinds["policy"] == kinds["scored"] == "generation" and kinds["args"] == "span"
+
+
+def test_value_only_calls_alone_give_the_conversation(project):
+    with traced(project) as (tracer, _):
+        with tracer.start_as_current_span("rollout", attributes=SAMPLE):
+            with _llm(tracer, "policy", {"input.value": '{"question": "q"}', "output.value": "a"}):
+                pass
+    (trace,) = read_traces(project, "r")
+    assert trace["messages"] == [
+        {"role": "user", "content": '{"question": "q"}'},
+        {"role": "assistant", "content": "a"},
+    ]
