@@ -2,9 +2,11 @@
 
 ``TracePipeline.add(records)`` buffers span records in a :class:`SampleAssembler`, converts every
 sample that is due (:func:`sample_to_trace`), logs them with one ``run.log({key: [...]},
-step=s)`` per step, and writes them to Trackio's storage before it returns. A timer thread does
-the same for samples whose grace period or TTL ends while no data comes. The in-process
-:class:`~otel_trackio.TrackioSpanExporter` and the OTLP receiver both feed one.
+step=s)`` per step, and writes them to Trackio's storage before it returns;
+``TracePipeline.add_events(events)`` does the same for GenAI log events, which join their spans.
+A timer thread does the same for samples whose grace period or TTL ends while no data comes. The
+in-process :class:`~otel_trackio.TrackioSpanExporter` (with
+:class:`~otel_trackio.TrackioLogExporter` beside it) and the OTLP receiver both feed one.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +23,7 @@ from . import _steps
 from ._assembly import SampleAssembler
 from ._convert import TraceDict, bare_trace, sample_to_trace
 from ._open_samples import OPEN_SAMPLES, OpenSampleLookup
-from ._records import SpanRecord
+from ._records import LogEventRecord, SpanRecord
 from ._samples import Sample
 from ._trackio import TrackioSink
 from .settings import TrackioSettings
@@ -33,6 +36,7 @@ class ExportStats:
     """Counters of what a span pipeline did, for summaries, tests and the fault tally."""
 
     spans_received: int = 0
+    log_events_received: int = 0
     samples_logged: int = 0
     partial_samples: int = 0
     log_calls: int = 0
@@ -86,19 +90,48 @@ class TracePipeline:
     def add(self, records: Iterable[SpanRecord], timeout_seconds: float = 30.0) -> bool:
         """Buffer span records and log, durably, every sample that is due. False on a failure
         (warned and counted); never raises."""
+        spans = list(records)
+
+        def buffer() -> list[Sample]:
+            self.stats.spans_received += len(spans)
+            return self.assembler.add(spans)
+
+        return self._take(buffer, f"{len(spans)} spans", timeout_seconds)
+
+    def add_events(self, events: Iterable[LogEventRecord], timeout_seconds: float = 30.0) -> bool:
+        """Buffer GenAI log events for their spans (see :meth:`SampleAssembler.add_events`) and
+        log, durably, every sample that is due. False on a failure (warned); never raises."""
+        taken = list(events)
+
+        def buffer() -> list[Sample]:
+            self.stats.log_events_received += len(taken)
+            return self.assembler.add_events(taken)
+
+        return self._take(buffer, f"{len(taken)} log events", timeout_seconds)
+
+    def expect_log_events(self) -> None:
+        """A log exporter feeds this pipeline too: unless ``sample_grace_seconds`` was set, a
+        completed sample now waits at least :data:`LOG_GRACE_SECONDS` for log events of its
+        spans (they travel through another processor and may come after the root)."""
+        if self.settings.sample_grace_seconds is None:
+            with self._lock:
+                grace = self.assembler.grace_seconds
+                self.assembler.grace_seconds = max(grace, LOG_GRACE_SECONDS)
+
+    def _take(
+        self, buffer: Callable[[], list[Sample]], what: str, timeout_seconds: float
+    ) -> bool:
+        """``add``/``add_events``: ``buffer`` the data, then log and write what is due."""
         if self._closed:
             return False
         if not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
-            lost = len(list(records))
             self.stats.failed_exports += 1
-            self._warn("busy", f"exporter busy for {timeout_seconds}s; {lost} spans lost")
+            self._warn("busy", f"exporter busy for {timeout_seconds}s; {what} lost")
             return False
         try:
             if self._closed:
                 return False
-            records = list(records)
-            self.stats.spans_received += len(records)
-            samples = self.assembler.add(records)
+            samples = buffer()
             samples.extend(self.assembler.expire())
             logged = self._log(samples)
             self._schedule()
@@ -300,6 +333,7 @@ class TracePipeline:
         """Counts for summaries: buffered spans, held samples, open traces."""
         return {
             "buffered_spans": self.assembler.buffered_spans,
+            "pending_events": self.assembler.pending_events,
             "held_samples": self.assembler.held_samples,
             "open_traces": self.assembler.open_traces,
         }
@@ -319,3 +353,31 @@ def grace_seconds(settings: TrackioSettings, *, receiver: bool) -> float:
     if settings.sample_grace_seconds is not None:
         return settings.sample_grace_seconds
     return RECEIVER_GRACE_SECONDS if receiver else 0.0
+
+
+LOG_GRACE_SECONDS = 2.0
+"""The in-process grace period once a log exporter feeds the pipeline (see
+:meth:`TracePipeline.expect_log_events`): a GenAI log event is emitted before its span ends, but
+the ``BatchLogRecordProcessor`` exports it up to its schedule delay (1 s by default) later, while
+the ``BatchSpanProcessor`` may export the span and its root at once (a full batch, a flush)."""
+
+
+# -- the process's pipelines, for log exporters that look for the span exporter's ---------------
+
+_registry: dict[tuple[str | None, str | None], weakref.ref[TracePipeline]] = {}
+_registry_lock = threading.Lock()
+
+
+def register_pipeline(pipeline: TracePipeline) -> None:
+    """Make ``pipeline`` the one :func:`find_pipeline` gives for its project and run."""
+    key = (pipeline.settings.project, pipeline.settings.name)
+    with _registry_lock:
+        _registry[key] = weakref.ref(pipeline)
+
+
+def find_pipeline(project: str | None, name: str | None) -> TracePipeline | None:
+    """The open pipeline of the latest span exporter of ``project``/``name`` in this process."""
+    with _registry_lock:
+        ref = _registry.get((project, name))
+    pipeline = ref() if ref is not None else None
+    return pipeline if pipeline is not None and not pipeline.closed else None

@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ._pipeline import ExportStats, TracePipeline, grace_seconds
+from ._pipeline import ExportStats, TracePipeline, grace_seconds, register_pipeline
 from ._records import SpanRecord, record_from_readable_span
 from ._trackio import RunLike, TrackioSink
 from .settings import TrackioSettings, activate, settings_for
@@ -61,6 +61,8 @@ class TrackioSpanExporter(SpanExporter):
         self._pipeline = TracePipeline(
             settings, sink, grace_seconds=grace_seconds(settings, receiver=False)
         )
+        # A TrackioLogExporter of the same project and run finds this pipeline.
+        register_pipeline(self._pipeline)
 
     @property
     def run(self) -> RunLike:
