@@ -1,12 +1,14 @@
 """Zero-code setup: the ``trackio`` exporters the OTel SDK configurator builds with no arguments.
 
 The configurator (used by ``opentelemetry-instrument``) finds exporters through the
-``opentelemetry_traces_exporter`` / ``opentelemetry_metrics_exporter`` entry points and calls
-the class with no arguments, so the classes here read :class:`~otel_trackio.TrackioSettings`
-from the environment::
+``opentelemetry_traces_exporter`` / ``opentelemetry_metrics_exporter`` /
+``opentelemetry_logs_exporter`` entry points and calls the class with no arguments, so the
+classes here read :class:`~otel_trackio.TrackioSettings` from the environment::
 
-    OTEL_TRACES_EXPORTER=trackio OTEL_METRICS_EXPORTER=trackio \\
+    OTEL_TRACES_EXPORTER=trackio OTEL_METRICS_EXPORTER=trackio OTEL_LOGS_EXPORTER=trackio \\
     OTEL_EXPORTER_TRACKIO_PROJECT=my-rl opentelemetry-instrument python app.py
+
+The log exporter sends GenAI log events to the span exporter of the same project and run.
 
 A missing project or a malformed variable must not break the rest of the OTel setup: the
 exporter then logs one error naming the variable and sends nothing.
@@ -35,6 +37,12 @@ from .environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
     OTEL_EXPORTER_TRACKIO_PROJECT,
 )
+from .log_exporter import (
+    LogExportStats,
+    LogRecordExporter,
+    LogRecordExportResult,
+    TrackioLogExporter,
+)
 from .metric_exporter import DEFAULT_TEMPORALITY, MetricExportStats, TrackioMetricExporter
 from .sampling import step_sampler
 from .settings import TrackioConfigError, TrackioSettings
@@ -43,7 +51,12 @@ from .span_processor import OpenSampleTracker
 
 _logger = logging.getLogger("otel_trackio")
 
-__all__ = ["TrackioEnvMetricExporter", "TrackioEnvSpanExporter", "settings_from_env"]
+__all__ = [
+    "TrackioEnvLogExporter",
+    "TrackioEnvMetricExporter",
+    "TrackioEnvSpanExporter",
+    "settings_from_env",
+]
 
 
 def settings_from_env(
@@ -182,6 +195,44 @@ class TrackioEnvMetricExporter(MetricExporter):
         """Stop exporting; finish the run if this exporter started it and holds it last."""
         if self.exporter is not None:
             self.exporter.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
+class TrackioEnvLogExporter(LogRecordExporter):
+    """A :class:`TrackioLogExporter` configured by ``OTEL_EXPORTER_TRACKIO_*`` (entry ``trackio``
+    of ``opentelemetry_logs_exporter``): GenAI log events join the samples of the span exporter
+    of the same project and run in this process (the configurator builds that one first).
+    Keyword arguments and configuration errors behave as for :class:`TrackioEnvSpanExporter`."""
+
+    def __init__(self, **overrides: Any) -> None:
+        self.exporter: TrackioLogExporter | None = None
+        try:
+            settings = settings_from_env(
+                require_project=overrides.get("project") is None, **overrides
+            )
+        except TrackioConfigError as exc:
+            _report_config_error(exc)
+            return
+        self.exporter = TrackioLogExporter(settings=settings)
+
+    @property
+    def stats(self) -> LogExportStats:
+        """What the exporter did (all zero when misconfigured)."""
+        return self.exporter.stats if self.exporter is not None else LogExportStats()
+
+    def export(self, batch: Sequence[Any]) -> LogRecordExportResult:
+        """Export GenAI events; FAILURE when misconfigured (the error was logged once)."""
+        if self.exporter is None:
+            return LogRecordExportResult.FAILURE
+        return self.exporter.export(batch)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing waits in the exporter itself."""
+        return self.exporter.force_flush(timeout_millis) if self.exporter is not None else True
+
+    def shutdown(self, timeout_millis: int = 30000, **kwargs: Any) -> None:
+        """Stop exporting. Idempotent."""
+        if self.exporter is not None:
+            self.exporter.shutdown(timeout_millis)
 
 
 _reported: set[str] = set()

@@ -34,7 +34,12 @@ from .span_exporter import TrackioSpanExporter
 
 _logger = logging.getLogger("otel_trackio")
 
-__all__ = ["LogExportStats", "TrackioLogExporter"]
+__all__ = [
+    "LogExportStats",
+    "LogRecordExportResult",
+    "LogRecordExporter",
+    "TrackioLogExporter",
+]
 
 
 @dataclass(slots=True)
