@@ -120,6 +120,8 @@ class SampleAssembler:
         self._traces: OrderedDict[int, _OpenTrace] = OrderedDict()
         self._buffered = 0  # spans waiting, held samples included, and pending log events
         self._pending = 0  # log events waiting for their span
+        # Log events flagged unsampled whose span never came, left out (see LogEventRecord).
+        self.unsampled_events_dropped = 0
         # Held samples in the order they completed (so the first is due first).
         self._held: OrderedDict[tuple[int, int], _Held] = OrderedDict()
         # span id -> identity of the emitted sample it went out with (for late spans).
@@ -496,9 +498,16 @@ class SampleAssembler:
     # -- log events whose span is not here ----------------------------------------------------
 
     def _take_pending(self, trace: _OpenTrace) -> list[SpanRecord]:
-        """The trace's waiting log events, on one placeholder span per span id."""
-        out = [_placeholder(events, "span not received") for events in trace.pending.values()]
-        count = sum(len(events) for events in trace.pending.values())
+        """The trace's waiting log events, on one placeholder span per span id; events flagged
+        unsampled are dropped (counted): their span was never coming."""
+        out: list[SpanRecord] = []
+        count = 0
+        for events in trace.pending.values():
+            count += len(events)
+            kept = [e for e in events if e.sampled]
+            self.unsampled_events_dropped += len(events) - len(kept)
+            if kept:
+                out.append(_placeholder(kept, "span not received"))
         self._buffered -= count
         self._pending -= count
         trace.pending.clear()

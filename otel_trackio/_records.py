@@ -91,7 +91,9 @@ class LogEventRecord:
 
     The assembler attaches ``event`` to the span ``trace_id``/``span_id`` as one more span event,
     so conversion reads it exactly like an event recorded on the span. ``resource`` and ``scope``
-    are the log record's (shown when the span itself never arrives).
+    are the log record's (shown when the span itself never arrives). ``sampled`` is False when
+    the record's W3C trace flags say the span was not sampled: such an event joins its span if
+    the span comes after all, and is otherwise left out (a sampler dropped that sample).
     """
 
     trace_id: int
@@ -99,12 +101,12 @@ class LogEventRecord:
     event: EventRecord
     resource: Mapping[str, Any] = field(default_factory=dict)
     scope: str | None = None
+    sampled: bool = True
 
 
-LogSkip = Literal["not_genai", "no_span", "unsampled"]
-"""Why a log record is not handed to the assembler: not a GenAI event (``not_genai``), a GenAI
-event emitted outside any span (``no_span``), or one of a span the sampler dropped
-(``unsampled``, its W3C trace flags say so: the span is never exported either)."""
+LogSkip = Literal["not_genai", "no_span"]
+"""Why a log record is no :class:`LogEventRecord`: not a GenAI event (``not_genai``), or a GenAI
+event emitted outside any span (``no_span``: no sample to join)."""
 
 GENAI_EVENT_PREFIX = "gen_ai."
 # Where producers older than the log record's own ``event_name`` field put the event's name.
@@ -147,8 +149,6 @@ def log_event_record(
         return "not_genai"
     if not trace_id or not span_id:
         return "no_span"
-    if trace_flags is not None and not trace_flags & _SAMPLED:
-        return "unsampled"
     merged = {k: plain_value(v) for k, v in attrs.items() if k != _EVENT_NAME_ATTRIBUTE}
     if isinstance(body, Mapping):
         for key, value in body.items():
@@ -161,6 +161,7 @@ def log_event_record(
         event=EventRecord(name, time_ns, merged),
         resource=dict(resource) if resource else {},
         scope=scope,
+        sampled=trace_flags is None or bool(trace_flags & _SAMPLED),
     )
 
 

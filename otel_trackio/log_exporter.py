@@ -110,10 +110,13 @@ class TrackioLogExporter(LogRecordExporter):
             events: list[LogEventRecord] = []
             for item in batch:
                 record = record_from_readable_log(item)
-                if isinstance(record, LogEventRecord):
-                    events.append(record)
-                else:
+                if not isinstance(record, LogEventRecord):
                     self._count_skipped(record)
+                elif not record.sampled:
+                    # The SDK's trace flags are exact: that span is never exported.
+                    self.stats.unsampled += 1
+                else:
+                    events.append(record)
             self.stats.records_received += len(batch)
             self.stats.genai_events += len(events)
             if not events:
@@ -181,8 +184,6 @@ class TrackioLogExporter(LogRecordExporter):
                 "GenAI log events emitted outside any span cannot join a sample and are left "
                 "out (is a tracer provider installed?)",
             )
-        elif reason == "unsampled":
-            self.stats.unsampled += 1
         else:
             self.stats.not_genai += 1
 

@@ -1,8 +1,9 @@
 """Routing decoded OTLP data into the same pipeline the in-process exporters use.
 
-One span :class:`~otel_trackio._pipeline.TracePipeline` + :class:`TrackioMetricExporter` pair per
-(project, run), created lazily; both share one Trackio run. Everything here blocks (Trackio
-calls), so the HTTP layer calls it from worker threads, never on the event loop.
+One span :class:`~otel_trackio._pipeline.TracePipeline` (which also takes GenAI log events) +
+:class:`TrackioMetricExporter` pair per (project, run), created lazily; both share one Trackio
+run. Everything here blocks (Trackio calls), so the HTTP layer calls it from worker threads,
+never on the event loop.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .._pipeline import TracePipeline, grace_seconds
 from .._trackio import TrackioSink
 from ..metric_exporter import TrackioMetricExporter
 from ..settings import TrackioSettings, split_options
-from ._decode import DecodedMetrics, DecodedSpans, Route
+from ._decode import DecodedLogs, DecodedMetrics, DecodedSpans, Route
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
@@ -52,6 +53,8 @@ class ReceiverStats:
     requests: int = 0
     spans_received: int = 0
     points_received: int = 0
+    log_records_received: int = 0
+    log_events_received: int = 0
     rejected_items: int = 0
     rejected_requests: int = 0
 
@@ -174,6 +177,25 @@ class Router:
         self._count(spans=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
+    def export_logs(self, decoded: DecodedLogs) -> Outcome:
+        """Hand each route's GenAI log events to its pipeline, where they join their samples;
+        other log records are only counted. Blocking."""
+        outcome = Outcome(decoded.rejected, list(decoded.problems))
+        events = 0
+        for target, records in decoded.by_route.items():
+            route = self._resolve(target, len(records), outcome)
+            if route is None:
+                continue
+            events += len(records)
+            if not route.spans.add_events(records):
+                if self._closed:
+                    raise ReceiverUnavailable("the receiver is shutting down")
+                outcome.problems.append(
+                    "some samples could not be logged to Trackio (see the receiver's log)"
+                )
+        self._count(logs=decoded.accepted, events=events, rejected=outcome.rejected)
+        return outcome
+
     def export_metrics(self, decoded: DecodedMetrics) -> Outcome:
         """Hand each route's ``MetricsData`` to its metric exporter. Blocking."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
@@ -202,11 +224,15 @@ class Router:
             self.stats.requests += 1
             self.stats.rejected_requests += 1
 
-    def _count(self, spans: int = 0, points: int = 0, rejected: int = 0) -> None:
+    def _count(
+        self, spans: int = 0, points: int = 0, logs: int = 0, events: int = 0, rejected: int = 0
+    ) -> None:
         with self._stats_lock:
             self.stats.requests += 1
             self.stats.spans_received += spans
             self.stats.points_received += points
+            self.stats.log_records_received += logs
+            self.stats.log_events_received += events
             self.stats.rejected_items += rejected
 
     # -- housekeeping ----------------------------------------------------------------------
@@ -219,6 +245,9 @@ class Router:
         return {
             "spans": stats.spans_received,
             "points": stats.points_received,
+            "log_records": stats.log_records_received,
+            "log_events": stats.log_events_received,
+            "log_events_unsampled": sum(p.spans.assembler.unsampled_events_dropped for p in routes),
             "samples": sum(p.spans.stats.samples_logged for p in routes),
             "partial": sum(p.spans.stats.partial_samples for p in routes),
             "waiting": sum(p.spans.assembler.held_samples for p in routes),
@@ -269,6 +298,7 @@ class Summary:
         return (
             f"otel-trackio: {rate:.1f} spans/s, {totals['samples']} samples logged "
             f"({totals['partial']} partial, {totals['waiting']} in their grace period), "
+            f"{totals['log_events']} GenAI log events of {totals['log_records']} log records, "
             f"{totals['metrics']} metrics logged, "
             f"{totals['rejected']} rejected, {totals['runs']} run(s)"
         )

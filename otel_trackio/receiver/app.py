@@ -1,4 +1,4 @@
-"""The ASGI app: ``POST /v1/traces`` and ``POST /v1/metrics`` as OTLP/HTTP says.
+"""The ASGI app: ``POST /v1/traces``, ``/v1/metrics`` and ``/v1/logs`` as OTLP/HTTP says.
 
 The event loop only reads bodies and writes responses; decompressing, decoding and every Trackio
 call run in Starlette's thread pool (``run_in_threadpool``).
@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from starlette.applications import Starlette
@@ -23,11 +24,13 @@ from starlette.routing import Route
 from ._decode import (
     Encoding,
     RequestError,
+    decode_logs,
     decode_metrics,
     decode_traces,
     decompress,
     encode_message,
     encoding_of,
+    logs_response,
     metrics_response,
     parse_request,
     status_body,
@@ -54,7 +57,7 @@ def create_app(
     """An OTLP/HTTP receiver app feeding ``router``.
 
     Args:
-        router: where decoded spans and metrics go.
+        router: where decoded spans, GenAI log events and metrics go.
         token: when set, requests need ``Authorization: Bearer <token>`` (else 401).
         max_body_bytes: limit for the body and, separately, for the decompressed body (413).
         on_shutdown: called (in a worker thread) when the ASGI server stops the app; by default
@@ -106,8 +109,19 @@ def create_app(
         outcome = router.export_metrics(decode_metrics(request))
         return metrics_response(outcome.rejected, outcome.message)
 
+    def process_logs(
+        body: bytes, content_encoding: str | None, encoding: Encoding
+    ) -> logs_service_pb2.ExportLogsServiceResponse:
+        data = decompress(body, content_encoding, max_body_bytes)
+        request = parse_request(data, encoding, logs_service_pb2.ExportLogsServiceRequest)
+        outcome = router.export_logs(decode_logs(request))
+        return logs_response(outcome.rejected, outcome.message)
+
     async def traces(request: Request) -> Response:
         return await handle(request, process_traces)
+
+    async def logs(request: Request) -> Response:
+        return await handle(request, process_logs)
 
     async def metrics(request: Request) -> Response:
         return await handle(request, process_metrics)
@@ -123,6 +137,7 @@ def create_app(
         routes=[
             Route("/v1/traces", traces, methods=["POST"]),
             Route("/v1/metrics", metrics, methods=["POST"]),
+            Route("/v1/logs", logs, methods=["POST"]),
         ],
         lifespan=lifespan,
     )
