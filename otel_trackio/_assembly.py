@@ -593,11 +593,13 @@ class SampleAssembler:
 
 
 def _attach(record: SpanRecord, events: list[EventRecord]) -> None:
-    """Add log events to a span's events, in time order; an event it already has (a retried
-    export) is not added twice."""
+    """Add log events to a span's events: after its own events, in time order; an event it
+    already has (a retried export) is not added twice."""
     new = [e for e in events if e not in record.events]
     if new:
-        record.events = tuple(sorted((*record.events, *new), key=lambda e: e.time_ns))
+        own = [e for e in record.events if not e.from_log]
+        logged = [e for e in record.events if e.from_log]
+        record.events = (*own, *sorted((*logged, *new), key=lambda e: e.time_ns))
 
 
 def _placeholder(events: list[LogEventRecord], why: str) -> SpanRecord:

@@ -17,11 +17,14 @@ from opentelemetry.trace import StatusCode
 
 @dataclass(frozen=True, slots=True)
 class EventRecord:
-    """A span event: name, time (ns since epoch) and attributes."""
+    """A span event: name, time (ns since epoch) and attributes; ``from_log`` when it came as a
+    log record (a GenAI log event joined to its span), which comes after the span's own events
+    in the span's event list and in the conversation's precedence."""
 
     name: str
     time_ns: int
     attributes: Mapping[str, Any] = field(default_factory=dict)
+    from_log: bool = False
 
 
 @dataclass(slots=True)
@@ -158,7 +161,7 @@ def log_event_record(
     return LogEventRecord(
         trace_id=trace_id,
         span_id=span_id,
-        event=EventRecord(name, time_ns, merged),
+        event=EventRecord(name, time_ns, merged, from_log=True),
         resource=dict(resource) if resource else {},
         scope=scope,
         sampled=trace_flags is None or bool(trace_flags & _SAMPLED),
