@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,9 @@ class TracePipeline:
         self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
+        # GenAI log events handed over while the lock was taken: the holder takes them before
+        # it lets go (see add_events and _unlock).
+        self._inbox: deque[LogEventRecord] = deque()
         # The expiry timer: runs while something is held or open, sleeps until it is due.
         self._timer: threading.Thread | None = None
         self._timer_due: float | None = None
@@ -99,39 +103,57 @@ class TracePipeline:
         return self._take(buffer, f"{len(spans)} spans", timeout_seconds)
 
     def add_events(self, events: Iterable[LogEventRecord], timeout_seconds: float = 30.0) -> bool:
-        """Buffer GenAI log events for their spans (see :meth:`SampleAssembler.add_events`) and
-        log, durably, every sample that is due. False on a failure (warned); never raises."""
-        taken = list(events)
+        """Hand GenAI log events to the samples of their spans (see
+        :meth:`SampleAssembler.add_events`) and log, durably, every sample that is due.
 
-        def buffer() -> list[Sample]:
-            self.stats.log_events_received += len(taken)
-            return self.assembler.add_events(taken)
-
-        return self._take(buffer, f"{len(taken)} log events", timeout_seconds)
+        The events count as arrived at once: when another export holds the pipeline, they go
+        to an inbox that the pipeline empties before anything else it does (and before it lets
+        go), so a long span export never makes them miss their sample's grace period. Past
+        ``max_buffered_spans`` events in that inbox, the call waits for the pipeline instead.
+        False on a failure (warned); never raises.
+        """
+        if self._closed:
+            return False
+        self._inbox.extend(events)
+        blocking = len(self._inbox) > self.settings.max_buffered_spans
+        return self._take(list, "log events", timeout_seconds, blocking=blocking)
 
     def expect_log_events(self) -> None:
         """A log exporter feeds this pipeline too: unless ``sample_grace_seconds`` was set, a
         completed sample now waits at least :data:`LOG_GRACE_SECONDS` for log events of its
         spans (they travel through another processor and may come after the root)."""
         if self.settings.sample_grace_seconds is None:
-            with self._lock:
+            self._lock.acquire()
+            try:
                 grace = self.assembler.grace_seconds
                 self.assembler.grace_seconds = max(grace, LOG_GRACE_SECONDS)
+            finally:
+                self._unlock()
 
     def _take(
-        self, buffer: Callable[[], list[Sample]], what: str, timeout_seconds: float
+        self,
+        buffer: Callable[[], list[Sample]],
+        what: str,
+        timeout_seconds: float,
+        *,
+        blocking: bool = True,
     ) -> bool:
-        """``add``/``add_events``: ``buffer`` the data, then log and write what is due."""
+        """``add``/``add_events``: take the inbox's events, ``buffer`` the data, then log and
+        write what is due. Not ``blocking``: when the lock is taken, its holder does it."""
         if self._closed:
             return False
-        if not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
+        if not blocking:
+            if not self._lock.acquire(blocking=False):
+                return True
+        elif not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
             self.stats.failed_exports += 1
             self._warn("busy", f"exporter busy for {timeout_seconds}s; {what} lost")
             return False
         try:
             if self._closed:
                 return False
-            samples = buffer()
+            samples = self._drain()
+            samples.extend(buffer())
             samples.extend(self.assembler.expire())
             logged = self._log(samples)
             self._schedule()
@@ -143,7 +165,33 @@ class TracePipeline:
             self._warn("export", f"export failed: {exc!r}")
             return False
         finally:
+            self._unlock()
+
+    def _drain(self) -> list[Sample]:
+        """Give the inbox's log events to the assembler (lock held); the samples now due."""
+        events: list[LogEventRecord] = []
+        while self._inbox:
+            events.append(self._inbox.popleft())
+        if not events:
+            return []
+        self.stats.log_events_received += len(events)
+        return self.assembler.add_events(events)
+
+    def _unlock(self) -> None:
+        """Release the lock. Log events handed over while it was held (their ``add_events``
+        found it taken) are taken first, so none waits for the next export."""
+        while True:
             self._lock.release()
+            if self._closed or not self._inbox or not self._lock.acquire(blocking=False):
+                return
+            try:
+                logged = self._log(self._drain())
+                self._schedule()
+                if not (self._write(30.0) and logged):
+                    self.stats.failed_exports += 1
+            except Exception as exc:  # noqa: BLE001 - never fail the caller that let go
+                self.stats.failed_exports += 1
+                self._warn("export", f"taking log events failed: {exc!r}")
 
     def flush(self, timeout_seconds: float = 30.0) -> bool:
         """Log every open sample now (held ones whole, the rest as partial), durably."""
@@ -154,7 +202,7 @@ class TracePipeline:
         try:
             return self._flush_all(timeout_seconds)
         finally:
-            self._lock.release()
+            self._unlock()
 
     def close(self, timeout_seconds: float = 30.0) -> None:
         """Flush, then release the run (finished when this package started it). Idempotent;
@@ -175,7 +223,7 @@ class TracePipeline:
                 )
         finally:
             if acquired:
-                self._lock.release()
+                self._lock.release()  # closed: nothing more is taken
         self.sink.release()
 
     @property
@@ -203,13 +251,16 @@ class TracePipeline:
     def _run_timer(self) -> None:
         """Log samples whose grace period or TTL ended, when they end, even if no data comes."""
         while True:
-            with self._lock:
+            self._lock.acquire()
+            try:
                 due = None if self._closed else self.assembler.next_due()
                 if due is None:
                     self._timer = self._timer_due = None
                     return
                 self._timer_due = due
                 self._wake.clear()
+            finally:
+                self._unlock()
             delay = due - self._clock()
             if delay > 0:
                 self._wake.wait(delay)
@@ -224,20 +275,22 @@ class TracePipeline:
         try:
             if self._closed:
                 return False
-            logged = self._log(self.assembler.expire())
+            samples = self._drain()  # events handed over before the grace period ended
+            samples.extend(self.assembler.expire())
+            logged = self._log(samples)
             return self._write(timeout_seconds) and logged
         except Exception as exc:  # noqa: BLE001 - a timer thread must not die of one sample
             self.stats.failed_exports += 1
             self._warn("expire", f"logging expired samples failed: {exc!r}")
             return False
         finally:
-            self._lock.release()
+            self._unlock()
 
     # -- stages -------------------------------------------------------------------------------
 
     def _flush_all(self, timeout_seconds: float) -> bool:
         try:
-            logged = self._log(self.assembler.flush())
+            logged = self._log(self._drain() + self.assembler.flush())
         except Exception as exc:  # noqa: BLE001
             self._warn("flush", f"flushing open samples failed: {exc!r}")
             logged = False
