@@ -242,3 +242,27 @@ def test_an_explicit_grace_period_wins(project, grace):
     setup = Setup(project, sample_grace_seconds=grace)
     assert setup.spans._pipeline.assembler.grace_seconds == grace
     setup.close()
+
+
+def test_events_handed_over_during_a_long_export_never_wait_for_it(project):
+    """While another export holds the pipeline (a slow Trackio write), the log exporter returns
+    at once and the holder takes the events before it lets go."""
+    setup = Setup(project)
+    pipeline = setup.spans._pipeline
+    span = setup.tracer.start_span("chat m", attributes=CHAT)
+    with otel_trace.use_span(span, end_on_exit=False):
+        setup.say("while busy")
+    pipeline._lock.acquire()  # as a span export in progress does
+    try:
+        started = time.monotonic()
+        assert setup.send_logs() is LogRecordExportResult.SUCCESS
+        assert time.monotonic() - started < 1.0
+        assert pipeline.assembler.pending_events == 0  # not taken yet: in the inbox
+    finally:
+        pipeline._unlock()
+    assert pipeline.assembler.pending_events == 1  # taken when the holder let go
+    assert pipeline.stats.log_events_received == 1
+    span.end()
+    setup.close()
+    (sample,) = read_traces(project, "r")
+    assert sample["messages"] == [{"role": "user", "content": "while busy"}]
