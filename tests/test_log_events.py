@@ -266,3 +266,34 @@ def test_events_handed_over_during_a_long_export_never_wait_for_it(project):
     setup.close()
     (sample,) = read_traces(project, "r")
     assert sample["messages"] == [{"role": "user", "content": "while busy"}]
+
+
+def test_an_event_of_an_unknown_span_of_a_logged_sample_keeps_its_identity(project):
+    """The sample was logged; an event then names a span of its trace that never came: at the
+    flush it goes out as a continuation of that sample (its step and index), not as a stranger."""
+    setup = Setup(project, sample_grace_seconds=0)
+    with setup.tracer.start_as_current_span("rollout", attributes={"step": 6, "sample_index": 2}):
+        unseen = setup.tracer.start_span("chat m", attributes=CHAT)  # never ended
+        with otel_trace.use_span(unseen, end_on_exit=False):
+            setup.say("after the fact")
+    assert setup.spans.stats.samples_logged == 1
+    setup.send_logs()
+    setup.close()
+    first, rest = read_traces(project, "r")
+    assert (rest["step"], rest["metadata"]["sample_index"]) == (6, 2)
+    assert rest["metadata"]["root_span_id"] == first["metadata"]["root_span_id"]
+    assert rest["metadata"]["partial_reason"] == "flush"
+    assert rest["messages"] == [{"role": "user", "content": "after the fact"}]
+
+
+def test_the_older_event_name_attribute_is_read_too(project):
+    """Producers older than the log record's event_name field put the name in ``event.name``."""
+    setup = Setup(project)
+    with setup.tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": 0}):
+        with setup.tracer.start_as_current_span("chat m", attributes=CHAT):
+            name = {"event.name": "gen_ai.user.message"}
+            setup.logger.emit(LogRecord(attributes=name, body={"content": "old style"}))
+            setup.send_logs()
+    setup.close()
+    (sample,) = read_traces(project, "r")
+    assert sample["messages"] == [{"role": "user", "content": "old style"}]

@@ -268,8 +268,8 @@ def test_events_and_spans_over_concurrent_requests_in_either_order(project, star
 
 
 def test_protobuf_and_retried_requests(project, start_receiver):
-    """A protobuf body, gzip-compressed, sent twice (an exporter retrying after a timeout):
-    each message once."""
+    """A protobuf body, gzip-compressed, sent twice before its span and once after it (an
+    exporter retrying after a timeout): each message once."""
     import gzip
 
     from google.protobuf import json_format
@@ -283,13 +283,17 @@ def test_protobuf_and_retried_requests(project, start_receiver):
     assert json_format.MessageToDict(message)  # the JSON helper and protobuf agree
     data = gzip.compress(message.SerializeToString())
     headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
-    for _ in range(2):
+    def send() -> None:
         response = requests.post(receiver.url + "/v1/logs", data=data, headers=headers, timeout=30)
         assert response.status_code == 200
         reply = logs_service_pb2.ExportLogsServiceResponse()
         reply.ParseFromString(response.content)
         assert not reply.HasField("partial_success")
+
+    send()
+    send()  # waiting for the span: kept once
     _post(receiver, "traces", _spans(_span(trace, root, "rollout", step=0, sample_index=0)))
+    send()  # the span is there (held for 30 s): attached once
     receiver.stop()
     (sample,) = read_traces(project, "r")
     assert sample["messages"] == [{"role": "user", "content": "once"}]
