@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from opentelemetry import _logs as otel_logs
 from opentelemetry import context as otel_context
@@ -75,11 +75,34 @@ class _SwitchableSampler(Sampler):
         return f"OtelTrackio{{{self.target.get_description()}}}"
 
 
-class _SwitchableSpanProcessor(SpanProcessor):
-    """The global provider's span processor: forwards to the active batch processor, if any."""
+class _Processor(Protocol):
+    def shutdown(self) -> None: ...
 
-    def __init__(self) -> None:
-        self.target: SpanProcessor | None = None
+    def force_flush(self, timeout_millis: int = 30000) -> bool: ...
+
+
+P = TypeVar("P", bound=_Processor)
+
+
+class _Forwarding(Generic[P]):
+    """Shutdown and flush of a switchable processor: forwarded to its current ``target``."""
+
+    target: P | None = None
+
+    def shutdown(self) -> None:
+        """The provider is shutting down: shut the current processor down."""
+        target = self.target
+        if target is not None:
+            target.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush the current processor."""
+        target = self.target
+        return True if target is None else target.force_flush(timeout_millis)
+
+
+class _SwitchableSpanProcessor(_Forwarding[SpanProcessor], SpanProcessor):
+    """The global provider's span processor: forwards to the active batch processor, if any."""
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
         """Forward to the current processor."""
@@ -93,40 +116,15 @@ class _SwitchableSpanProcessor(SpanProcessor):
         if target is not None:
             target.on_end(span)
 
-    def shutdown(self) -> None:
-        """The provider is shutting down: shut the current processor down."""
-        target = self.target
-        if target is not None:
-            target.shutdown()
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Flush the current processor."""
-        target = self.target
-        return True if target is None else target.force_flush(timeout_millis)
-
-
-class _SwitchableLogProcessor(LogRecordProcessor):
+class _SwitchableLogProcessor(_Forwarding[LogRecordProcessor], LogRecordProcessor):
     """The global logger provider's processor: forwards to the active batch processor, if any."""
-
-    def __init__(self) -> None:
-        self.target: LogRecordProcessor | None = None
 
     def on_emit(self, log_record: Any) -> None:
         """Forward to the current processor (records go nowhere while nothing is configured)."""
         target = self.target
         if target is not None:
             target.on_emit(log_record)
-
-    def shutdown(self) -> None:
-        """The provider is shutting down: shut the current processor down."""
-        target = self.target
-        if target is not None:
-            target.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Flush the current processor."""
-        target = self.target
-        return True if target is None else target.force_flush(timeout_millis)
 
 
 class _SwitchableMetricExporter(MetricExporter):

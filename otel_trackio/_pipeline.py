@@ -401,7 +401,8 @@ Collector batches (200 ms) trail by far less."""
 
 def grace_seconds(settings: TrackioSettings, *, receiver: bool) -> float:
     """The grace period a path runs with: the setting, else 0 in process (one process's
-    ``BatchSpanProcessor`` delivers a sample's children before its root) and
+    ``BatchSpanProcessor`` delivers a sample's children before its root; a log exporter raises
+    it to :data:`LOG_GRACE_SECONDS`, see :meth:`TracePipeline.expect_log_events`) and
     :data:`RECEIVER_GRACE_SECONDS` in the OTLP receiver."""
     if settings.sample_grace_seconds is not None:
         return settings.sample_grace_seconds

@@ -91,11 +91,8 @@ class TrackioEnvSpanExporter(SpanExporter):
 
     def __init__(self, *, run: RunLike | None = None, **overrides: Any) -> None:
         self.exporter: TrackioSpanExporter | None = None
-        try:
-            needs_project = overrides.get("project") is None and run is None
-            settings = settings_from_env(require_project=needs_project, **overrides)
-        except TrackioConfigError as exc:
-            _report_config_error(exc)
+        settings = _env_settings(overrides, has_run=run is not None)
+        if settings is None:
             return
         self.exporter = TrackioSpanExporter(run=run, settings=settings)
         if settings.max_samples_per_step is not None:
@@ -159,11 +156,8 @@ class TrackioEnvMetricExporter(MetricExporter):
     def __init__(self, *, run: RunLike | None = None, **overrides: Any) -> None:
         super().__init__(preferred_temporality=dict(DEFAULT_TEMPORALITY))
         self.exporter: TrackioMetricExporter | None = None
-        try:
-            needs_project = overrides.get("project") is None and run is None
-            settings = settings_from_env(require_project=needs_project, **overrides)
-        except TrackioConfigError as exc:
-            _report_config_error(exc)
+        settings = _env_settings(overrides, has_run=run is not None)
+        if settings is None:
             return
         self.exporter = TrackioMetricExporter(run=run, settings=settings)
         self._preferred_temporality = self.exporter._preferred_temporality
@@ -205,12 +199,8 @@ class TrackioEnvLogExporter(LogRecordExporter):
 
     def __init__(self, **overrides: Any) -> None:
         self.exporter: TrackioLogExporter | None = None
-        try:
-            settings = settings_from_env(
-                require_project=overrides.get("project") is None, **overrides
-            )
-        except TrackioConfigError as exc:
-            _report_config_error(exc)
+        settings = _env_settings(overrides, has_run=False)
+        if settings is None:
             return
         self.exporter = TrackioLogExporter(settings=settings)
 
@@ -236,6 +226,17 @@ class TrackioEnvLogExporter(LogRecordExporter):
 
 
 _reported: set[str] = set()
+
+
+def _env_settings(overrides: Mapping[str, Any], *, has_run: bool) -> TrackioSettings | None:
+    """The zero-code exporters' settings (a project is needed unless given or a run is); None
+    after reporting a configuration error once."""
+    try:
+        needs_project = overrides.get("project") is None and not has_run
+        return settings_from_env(require_project=needs_project, **overrides)
+    except TrackioConfigError as exc:
+        _report_config_error(exc)
+        return None
 
 
 def _report_config_error(exc: TrackioConfigError) -> None:

@@ -218,13 +218,9 @@ def _check_span_facts(trace: dict) -> None:
     assert tool["output"] == "4"
 
 
-@pytest.mark.parametrize("instrumentation", list(INSTRUMENTORS))
-def test_same_conversation_from_every_instrumentation(instrumentation, project, server, genai_env):
-    genai_env("SPAN_ONLY")
-    traces = conversation_traces(instrumentation, project, server.base_url)
-    assert len(traces) == 1
-    trace = traces[0]
-    assert trace["step"] == 1
+def _check_conversation(trace: dict) -> list[dict]:
+    """The Trace holds the expected conversation, span facts and per-call input/output; its two
+    generation spans, in order."""
     assert trace["messages"] == EXPECTED_CONVERSATION, json.dumps(trace["messages"], indent=1)
     _check_span_facts(trace)
     first, second = sorted(
@@ -235,6 +231,17 @@ def test_same_conversation_from_every_instrumentation(instrumentation, project, 
     assert second["input"] == EXPECTED_MESSAGES[:4]
     assert first["output"][0]["tool_calls"] == EXPECTED_MESSAGES[2]["tool_calls"]
     assert second["output"][0]["content"] == "answer to: 4"
+    return [first, second]
+
+
+@pytest.mark.parametrize("instrumentation", list(INSTRUMENTORS))
+def test_same_conversation_from_every_instrumentation(instrumentation, project, server, genai_env):
+    genai_env("SPAN_ONLY")
+    traces = conversation_traces(instrumentation, project, server.base_url)
+    assert len(traces) == 1
+    trace = traces[0]
+    assert trace["step"] == 1
+    _check_conversation(trace)
 
 
 def test_model_call_without_content_keeps_model_and_usage(project, server, genai_env):
@@ -264,16 +271,19 @@ t.run_conversation("openllmetry", sys.argv[1], sys.argv[2])
 """
 
 
-def test_openllmetry_json_form(project, server, trackio_dir):
-    if not OPENLLMETRY_JSON.is_dir():
-        pytest.skip(f"{OPENLLMETRY_JSON} missing: run `make test` (it installs it)")
+def run_beside(folder: Path, script: str, *args: str, trackio_dir: str) -> list[str]:
+    """Run ``script`` in a subprocess with ``folder`` (a side install) first on the path, in
+    this session's Trackio folder; its output lines."""
+    if not folder.is_dir():
+        pytest.skip(f"{folder} missing: run `make test` (it installs it)")
     env = {
         **os.environ,
         "TRACKIO_DIR": trackio_dir,
-        "PYTHONPATH": os.pathsep.join([str(OPENLLMETRY_JSON), str(ROOT / "tests")]),
+        "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT / "tests")]),
     }
+    env.pop("OTEL_SEMCONV_STABILITY_OPT_IN", None)
     result = subprocess.run(
-        [sys.executable, "-c", SUBPROCESS_SCRIPT, project, server.base_url],
+        [sys.executable, "-c", script, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -281,7 +291,14 @@ def test_openllmetry_json_form(project, server, trackio_dir):
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[0].startswith("0.62"), result.stdout
+    return result.stdout.splitlines()
+
+
+def test_openllmetry_json_form(project, server, trackio_dir):
+    lines = run_beside(
+        OPENLLMETRY_JSON, SUBPROCESS_SCRIPT, project, server.base_url, trackio_dir=trackio_dir
+    )
+    assert lines[0].startswith("0.62"), lines
     (trace,) = read_traces(project, "conv")
     assert trace["messages"] == EXPECTED_CONVERSATION
     _check_span_facts(trace)
@@ -301,16 +318,8 @@ def test_openai_v2_log_events_give_the_same_conversation(
     stats = run_conversation("openai-v2", project, server.base_url, logs=logs)
     assert stats["genai_events"] == 2 and stats["not_genai"] == 0, stats
     (trace,) = read_traces(project, "conv")
-    assert trace["messages"] == EXPECTED_CONVERSATION, json.dumps(trace["messages"], indent=1)
     assert "partial" not in trace["metadata"]
-    _check_span_facts(trace)
-    first, second = sorted(
-        (s for s in trace["spans"] if s["kind"] == "generation"), key=lambda s: s["start_time"]
-    )
-    assert first["input"] == EXPECTED_MESSAGES[:2]
-    assert second["input"] == EXPECTED_MESSAGES[:4]
-    assert second["output"][0]["content"] == "answer to: 4"
-    for span in (first, second):
+    for span in _check_conversation(trace):
         # The event was read into the span's messages, not repeated in its metadata.
         assert "events" not in span["metadata"], span["metadata"]
 
@@ -335,35 +344,13 @@ print(json.dumps(t.run_conversation("openai-v2", sys.argv[1], sys.argv[2], logs=
 
 @pytest.mark.parametrize("logs", ["first", "after"])
 def test_openai_v2_per_message_log_events(logs, project, server, trackio_dir):
-    if not OPENAI_V2_EVENTS.is_dir():
-        pytest.skip(f"{OPENAI_V2_EVENTS} missing: run `make test` (it installs it)")
-    env = {
-        **os.environ,
-        "TRACKIO_DIR": trackio_dir,
-        "PYTHONPATH": os.pathsep.join([str(OPENAI_V2_EVENTS), str(ROOT / "tests")]),
-    }
-    env.pop("OTEL_SEMCONV_STABILITY_OPT_IN", None)
-    result = subprocess.run(
-        [sys.executable, "-c", PER_MESSAGE_SCRIPT, project, server.base_url, logs],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    lines = run_beside(
+        OPENAI_V2_EVENTS, PER_MESSAGE_SCRIPT, project, server.base_url, logs,
+        trackio_dir=trackio_dir,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("2.3"), result.stdout
+    assert lines[0].startswith("2.3"), lines
     stats = json.loads(lines[-1])
     # 2 + 4 messages sent, 2 choices received.
     assert stats["genai_events"] == 8 and stats["not_genai"] == 0, stats
     (trace,) = read_traces(project, "conv")
-    assert trace["messages"] == EXPECTED_CONVERSATION, json.dumps(trace["messages"], indent=1)
-    _check_span_facts(trace)
-    first, second = sorted(
-        (s for s in trace["spans"] if s["kind"] == "generation"), key=lambda s: s["start_time"]
-    )
-    assert first["input"] == EXPECTED_MESSAGES[:2]
-    assert second["input"] == EXPECTED_MESSAGES[:4]
-    assert first["output"][0]["tool_calls"] == EXPECTED_MESSAGES[2]["tool_calls"]
-    assert second["output"][0]["content"] == "answer to: 4"
+    _check_conversation(trace)

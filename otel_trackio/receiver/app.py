@@ -9,9 +9,10 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -23,6 +24,7 @@ from starlette.routing import Route
 
 from ._decode import (
     Encoding,
+    M,
     RequestError,
     decode_logs,
     decode_metrics,
@@ -93,38 +95,38 @@ def create_app(
             return _error(500, f"internal error: {exc!r}", encoding)
         return Response(encode_message(message, encoding), media_type=_MEDIA_TYPES[encoding])
 
-    def process_traces(
-        body: bytes, content_encoding: str | None, encoding: Encoding
-    ) -> trace_service_pb2.ExportTraceServiceResponse:
-        data = decompress(body, content_encoding, max_body_bytes)
-        request = parse_request(data, encoding, trace_service_pb2.ExportTraceServiceRequest)
-        outcome: Outcome = router.export_spans(decode_traces(request))
-        return trace_response(outcome.rejected, outcome.message)
+    def endpoint(
+        message_type: type[M],
+        export: Callable[[M], Outcome],
+        respond: Callable[[int, str], Message],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """One OTLP signal: body → decompressed → parsed → exported → its response message."""
 
-    def process_metrics(
-        body: bytes, content_encoding: str | None, encoding: Encoding
-    ) -> metrics_service_pb2.ExportMetricsServiceResponse:
-        data = decompress(body, content_encoding, max_body_bytes)
-        request = parse_request(data, encoding, metrics_service_pb2.ExportMetricsServiceRequest)
-        outcome = router.export_metrics(decode_metrics(request))
-        return metrics_response(outcome.rejected, outcome.message)
+        def process(body: bytes, content_encoding: str | None, encoding: Encoding) -> Message:
+            data = decompress(body, content_encoding, max_body_bytes)
+            outcome = export(parse_request(data, encoding, message_type))
+            return respond(outcome.rejected, outcome.message)
 
-    def process_logs(
-        body: bytes, content_encoding: str | None, encoding: Encoding
-    ) -> logs_service_pb2.ExportLogsServiceResponse:
-        data = decompress(body, content_encoding, max_body_bytes)
-        request = parse_request(data, encoding, logs_service_pb2.ExportLogsServiceRequest)
-        outcome = router.export_logs(decode_logs(request))
-        return logs_response(outcome.rejected, outcome.message)
+        async def receive(request: Request) -> Response:
+            return await handle(request, process)
 
-    async def traces(request: Request) -> Response:
-        return await handle(request, process_traces)
+        return receive
 
-    async def logs(request: Request) -> Response:
-        return await handle(request, process_logs)
-
-    async def metrics(request: Request) -> Response:
-        return await handle(request, process_metrics)
+    traces = endpoint(
+        trace_service_pb2.ExportTraceServiceRequest,
+        lambda request: router.export_spans(decode_traces(request)),
+        trace_response,
+    )
+    metrics = endpoint(
+        metrics_service_pb2.ExportMetricsServiceRequest,
+        lambda request: router.export_metrics(decode_metrics(request)),
+        metrics_response,
+    )
+    logs = endpoint(
+        logs_service_pb2.ExportLogsServiceRequest,
+        lambda request: router.export_logs(decode_logs(request)),
+        logs_response,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
