@@ -7,14 +7,18 @@ STAMP := $(VENV)/.installed
 # OpenLLMetry 0.62 (OTel JSON form) beside the 0.40 of the test extra (flattened form): the same
 # distribution, so it goes in its own folder, put on the path only by tests/test_instrumentations.py.
 OPENLLMETRY_JSON := opentelemetry-instrumentation-openai==0.62.4 opentelemetry-semantic-conventions-ai==0.5.1
+# openai-v2 2.3b0 (one GenAI log event per message) beside the 2.4b0 of the test extra, likewise;
+# it calls wrapt 1.x's keyword API, so that wrapt goes in its folder too.
+OPENAI_V2_EVENTS := opentelemetry-instrumentation-openai-v2==2.3b0 wrapt==1.17.3
 
 .PHONY: venv demo test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/openllmetry-0.62 $(OPENLLMETRY_JSON)
+	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/openai-v2-2.3 $(OPENAI_V2_EVENTS)
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -18,6 +18,16 @@ Nothing is lost:
   the trace's root, or as partial when flushed;
 * a duplicated span id never overwrites the first span: the duplicate goes out on its own.
 
+GenAI events sent as OTel log records (:class:`~._records.LogEventRecord`, :meth:`add_events`)
+join the span they name as one more span event, whatever the order of arrival: an event whose
+span is buffered or held is attached at once; one that comes first waits in its trace (counted
+like a span) and is attached when the span arrives; one for a span already logged goes out as a
+continuation. Events whose span never arrives are not lost: they go out with their trace, on a
+*placeholder* span (same span id, name :data:`PLACEHOLDER_NAME`, attribute
+:data:`PLACEHOLDER_ATTRIBUTE`) — in the sample rooted at the trace's root when that is released,
+else at flush/TTL/capacity with the trace's partial sample (or as a continuation of the one
+sample already logged from that trace).
+
 Pure: data in, samples out. It reads only what it is given: its settings, a clock, and an
 :class:`~._open_samples.OpenSampleLookup` for the identity of roots still open at a flush.
 """
@@ -32,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._open_samples import OpenSampleLookup
-from ._records import SpanRecord
+from ._records import EventRecord, LogEventRecord, SpanRecord
 from ._samples import PartialReason, Sample, SampleIdentity, resolve_step
 from ._values import parse_step
 from .settings import TrackioSettings
@@ -40,6 +50,14 @@ from .settings import TrackioSettings
 # Tags read into a sample's identity besides the configurable step and sample attributes.
 ROLLOUT_N_ATTRIBUTE = "rollout_n"
 VALIDATE_ATTRIBUTE = "validate"
+
+PLACEHOLDER_NAME = "(log events of a span not received)"
+"""Name of the span that carries GenAI log events whose own span never arrived (or had been
+logged already: then the continuation row shows it)."""
+PLACEHOLDER_ATTRIBUTE = "otel_trackio.placeholder"
+"""Attribute of such a span: ``"span not received"`` or ``"span already logged"``."""
+
+_AMBIGUOUS = object()  # several samples were logged from one trace
 
 
 @dataclass(slots=True)
@@ -64,6 +82,8 @@ class _OpenTrace:
     held_spans: dict[int, _Held] = field(default_factory=dict)
     # Held samples whose root's parent lives in another process, by that parent's span id.
     held_by_remote_parent: dict[int, list[_Held]] = field(default_factory=dict)
+    # GenAI log events waiting for their span, by span id.
+    pending: dict[int, list[LogEventRecord]] = field(default_factory=dict)
 
 
 class SampleAssembler:
@@ -98,17 +118,28 @@ class SampleAssembler:
         self._remembered_limit = max(0, remembered_spans)
         self._clock = clock
         self._traces: OrderedDict[int, _OpenTrace] = OrderedDict()
-        self._buffered = 0  # spans waiting, held samples included
+        self._buffered = 0  # spans waiting, held samples included, and pending log events
+        self._pending = 0  # log events waiting for their span
+        # Log events flagged unsampled whose span never came, left out (see LogEventRecord).
+        self.unsampled_events_dropped = 0
         # Held samples in the order they completed (so the first is due first).
         self._held: OrderedDict[tuple[int, int], _Held] = OrderedDict()
         # span id -> identity of the emitted sample it went out with (for late spans).
         self._emitted: OrderedDict[int, SampleIdentity] = OrderedDict()
+        # trace id -> identity of the one sample logged from it (_AMBIGUOUS: several).
+        self._emitted_traces: OrderedDict[int, object] = OrderedDict()
         self.latest_step: int | None = None
 
     @property
     def buffered_spans(self) -> int:
-        """How many spans wait here (for their sample's root, or held in a complete sample)."""
+        """How many spans wait here (for their sample's root, or held in a complete sample),
+        log events waiting for their span included (both count against ``max_buffered_spans``)."""
         return self._buffered
+
+    @property
+    def pending_events(self) -> int:
+        """How many GenAI log events wait for their span."""
+        return self._pending
 
     @property
     def open_traces(self) -> int:
@@ -126,6 +157,12 @@ class SampleAssembler:
             yield from trace.spans.values()
             for held in trace.held.values():
                 yield from held.spans
+
+    def waiting_events(self) -> Iterator[LogEventRecord]:
+        """GenAI log events waiting for their span."""
+        for trace in self._traces.values():
+            for events in trace.pending.values():
+                yield from events
 
     def next_due(self) -> float | None:
         """Clock time at which :meth:`expire` has something to do (None: nothing held or open)."""
@@ -173,6 +210,30 @@ class SampleAssembler:
         out.extend(self._evict_over_capacity())
         return out
 
+    def add_events(self, events: Iterable[LogEventRecord]) -> list[Sample]:
+        """Take GenAI log events: each joins its span (now, or when the span arrives); return
+        the samples that are due (events of spans already logged as continuations)."""
+        now = self._clock()
+        late: dict[tuple[int, int], list[LogEventRecord]] = {}
+        for event in events:
+            trace = self._traces.get(event.trace_id)
+            record = self._waiting_span(trace, event.span_id) if trace is not None else None
+            if trace is not None and record is not None:
+                self._touch(event.trace_id, now)
+                _attach(record, [event.event])
+            elif self._emitted_identity(event.trace_id, event.span_id) is not None:
+                late.setdefault((event.trace_id, event.span_id), []).append(event)
+            else:
+                waiting = self._touch(event.trace_id, now).pending.setdefault(event.span_id, [])
+                if all(event.event != w.event for w in waiting):  # a retried export: once
+                    waiting.append(event)
+                    self._buffered += 1
+                    self._pending += 1
+        out = self._late_events(late)
+        out.extend(self._take_due(now))
+        out.extend(self._evict_over_capacity())
+        return out
+
     def expire(self) -> list[Sample]:
         """Emit held samples whose grace period ended, and, as partial, the traces that saw no
         new span for ``ttl_seconds``."""
@@ -195,22 +256,43 @@ class SampleAssembler:
 
     # -- buffering ----------------------------------------------------------------------------
 
-    def _buffer(self, record: SpanRecord, now: float, out: list[Sample]) -> bool:
-        trace = self._traces.get(record.trace_id)
+    def _touch(self, trace_id: int, now: float) -> _OpenTrace:
+        """The open trace (made if new), marked as the most recently active."""
+        trace = self._traces.get(trace_id)
         if trace is None:
-            trace = self._traces[record.trace_id] = _OpenTrace()
+            trace = self._traces[trace_id] = _OpenTrace()
         else:
-            self._traces.move_to_end(record.trace_id)
+            self._traces.move_to_end(trace_id)
         trace.last_seen = now
+        return trace
+
+    def _buffer(self, record: SpanRecord, now: float, out: list[Sample]) -> bool:
+        trace = self._touch(record.trace_id, now)
         if record.span_id in trace.spans or record.span_id in trace.held_spans:
             identity = self._identify([record], None, reason="duplicate")
             out.append(Sample([record], None, identity))
             return False
+        waiting = trace.pending.pop(record.span_id, None)
+        if waiting:
+            # Its log events came first: they join it now.
+            _attach(record, [w.event for w in waiting])
+            self._buffered -= len(waiting)
+            self._pending -= len(waiting)
         trace.spans[record.span_id] = record
         if record.parent_id is not None and record.parent_id != record.span_id:
             trace.children.setdefault(record.parent_id, []).append(record.span_id)
         self._buffered += 1
         return True
+
+    @staticmethod
+    def _waiting_span(trace: _OpenTrace, span_id: int) -> SpanRecord | None:
+        """The span ``span_id`` when it waits here (buffered, or held in a complete sample)."""
+        record = trace.spans.get(span_id)
+        if record is None:
+            held = trace.held_spans.get(span_id)
+            if held is not None:
+                record = next((s for s in held.spans if s.span_id == span_id), None)
+        return record
 
     def _is_buffered(self, record: SpanRecord) -> bool:
         trace = self._traces.get(record.trace_id)
@@ -346,9 +428,14 @@ class SampleAssembler:
                     trace.held_by_remote_parent.pop(held.root.parent_id, None)
             self._forget_if_empty(held.trace_id, trace)
         self._buffered -= len(held.spans)
-        identity = self._identify(held.spans, held.root, ancestor_step=held.ancestor_step)
-        self._remember(held.spans, identity)
-        return Sample(held.spans, held.root, identity)
+        spans = held.spans
+        if trace is not None and trace.pending and held.root.parent_id is None:
+            # The trace's own root closes the trace: log events whose span never came go with it.
+            spans = [*spans, *self._take_pending(trace)]
+            self._forget_if_empty(held.trace_id, trace)
+        identity = self._identify(spans, held.root, ancestor_step=held.ancestor_step)
+        self._remember(spans, identity)
+        return Sample(spans, held.root, identity)
 
     def _take_partial(self, trace_id: int, reason: PartialReason) -> list[Sample]:
         """Emit an open trace: held samples whole, other spans as partial samples, one per
@@ -362,9 +449,17 @@ class SampleAssembler:
         for span in trace.spans.values():
             groups.setdefault(self._attach_point(trace, span), []).append(span)
         self._buffered -= len(trace.spans)
+        placeholders = self._take_pending(trace)
+        if placeholders:
+            groups.setdefault(None, []).extend(placeholders)
         self._traces.pop(trace_id, None)
         for attach, spans in groups.items():
             late = self._emitted_identity(trace_id, attach)
+            if late is None and attach is None and len(spans) == len(placeholders):
+                # Only log events whose span never came: the trace's one logged sample, if any.
+                known_sample = self._emitted_traces.get(trace_id)
+                if isinstance(known_sample, SampleIdentity):
+                    late = known_sample
             if late is not None:
                 identity = dataclasses.replace(late, partial_reason=reason)
                 self._remember(spans, late)
@@ -410,8 +505,40 @@ class SampleAssembler:
 
     def _forget_if_empty(self, trace_id: int, trace: _OpenTrace) -> None:
         # Child links to spans already taken are harmless: taking a subtree skips them.
-        if not trace.spans and not trace.held:
+        if not trace.spans and not trace.held and not trace.pending:
             self._traces.pop(trace_id, None)
+
+    # -- log events whose span is not here ----------------------------------------------------
+
+    def _take_pending(self, trace: _OpenTrace) -> list[SpanRecord]:
+        """The trace's waiting log events, on one placeholder span per span id; events flagged
+        unsampled are dropped (counted): their span was never coming."""
+        out: list[SpanRecord] = []
+        count = 0
+        for events in trace.pending.values():
+            count += len(events)
+            kept = [e for e in events if e.sampled]
+            self.unsampled_events_dropped += len(events) - len(kept)
+            if kept:
+                out.append(_placeholder(kept, "span not received"))
+        self._buffered -= count
+        self._pending -= count
+        trace.pending.clear()
+        return out
+
+    def _late_events(self, late: dict[tuple[int, int], list[LogEventRecord]]) -> list[Sample]:
+        """Log events of spans already logged: one continuation per sample, with its identity."""
+        by_sample: dict[int, tuple[SampleIdentity, list[SpanRecord]]] = {}
+        for (trace_id, span_id), events in late.items():
+            identity = self._emitted_identity(trace_id, span_id)
+            if identity is None:  # not possible: checked when they came
+                continue
+            entry = by_sample.setdefault(id(identity), (identity, []))
+            entry[1].append(_placeholder(events, "span already logged"))
+        return [
+            Sample(spans, None, dataclasses.replace(identity, partial_reason="late"))
+            for identity, spans in by_sample.values()
+        ]
 
     def _evict_over_capacity(self) -> list[Sample]:
         out: list[Sample] = []
@@ -469,3 +596,41 @@ class SampleAssembler:
             emitted.move_to_end(span.span_id)
         while len(emitted) > self._remembered_limit:
             emitted.popitem(last=False)
+        traces = self._emitted_traces
+        trace_id = identity.trace_id
+        known = traces.get(trace_id, identity)
+        traces[trace_id] = identity if known == identity else _AMBIGUOUS
+        traces.move_to_end(trace_id)
+        while len(traces) > self._remembered_limit:
+            traces.popitem(last=False)
+
+
+def _attach(record: SpanRecord, events: list[EventRecord]) -> None:
+    """Add log events to a span's events: after its own events, in time order; an event it
+    already has (a retried export) is not added twice."""
+    new = [e for e in events if e not in record.events]
+    if new:
+        own = [e for e in record.events if not e.from_log]
+        logged = [e for e in record.events if e.from_log]
+        record.events = (*own, *sorted((*logged, *new), key=lambda e: e.time_ns))
+
+
+def _placeholder(events: list[LogEventRecord], why: str) -> SpanRecord:
+    """A span standing in for the one ``events`` name, which is not here to carry them."""
+    first = events[0]
+    unique: list[EventRecord] = []
+    for event in events:
+        if event.event not in unique:  # a retried export: once
+            unique.append(event.event)
+    ordered = tuple(sorted(unique, key=lambda e: e.time_ns))
+    return SpanRecord(
+        trace_id=first.trace_id,
+        span_id=first.span_id,
+        name=PLACEHOLDER_NAME,
+        start_ns=ordered[0].time_ns,
+        end_ns=ordered[-1].time_ns,
+        attributes={PLACEHOLDER_ATTRIBUTE: why},
+        events=ordered,
+        resource=first.resource,
+        scope=first.scope,
+    )

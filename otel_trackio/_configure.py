@@ -1,10 +1,11 @@
-"""``configure()``: one call that sends this process's OTel spans and metrics to one Trackio run.
+"""``configure()``: one call that sends this process's OTel spans, GenAI log events and metrics
+to one Trackio run.
 
-OpenTelemetry lets a process set its global tracer and meter providers only once, so the first
-``configure()`` installs providers whose sampler, span processor and metric exporter are
-*switchable*; each ``configure()`` plugs its own exporters into them, and ``shutdown()`` unplugs
-them again. Calling ``configure()`` twice therefore never adds a second exporter: the same project
-and run return the existing handle, a different one replaces it.
+OpenTelemetry lets a process set its global tracer, logger and meter providers only once, so the
+first ``configure()`` installs providers whose sampler, span processor, log record processor and
+metric exporter are *switchable*; each ``configure()`` plugs its own exporters into them, and
+``shutdown()`` unplugs them again. Calling ``configure()`` twice therefore never adds a second
+exporter: the same project and run return the existing handle, a different one replaces it.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
+from opentelemetry import _logs as otel_logs
 from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
@@ -36,6 +40,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from ._trackio import RunLike, TrackioSink
+from .log_exporter import TrackioLogExporter
 from .metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
 from .sampling import step_sampler
 from .settings import TrackioSettings, activate, settings_for
@@ -71,11 +76,34 @@ class _SwitchableSampler(Sampler):
         return f"OtelTrackio{{{self.target.get_description()}}}"
 
 
-class _SwitchableSpanProcessor(SpanProcessor):
-    """The global provider's span processor: forwards to the active batch processor, if any."""
+class _Processor(Protocol):
+    def shutdown(self) -> None: ...
 
-    def __init__(self) -> None:
-        self.target: SpanProcessor | None = None
+    def force_flush(self, timeout_millis: int = 30000) -> bool: ...
+
+
+P = TypeVar("P", bound=_Processor)
+
+
+class _Forwarding(Generic[P]):
+    """Shutdown and flush of a switchable processor: forwarded to its current ``target``."""
+
+    target: P | None = None
+
+    def shutdown(self) -> None:
+        """The provider is shutting down: shut the current processor down."""
+        target = self.target
+        if target is not None:
+            target.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush the current processor."""
+        target = self.target
+        return True if target is None else target.force_flush(timeout_millis)
+
+
+class _SwitchableSpanProcessor(_Forwarding[SpanProcessor], SpanProcessor):
+    """The global provider's span processor: forwards to the active batch processor, if any."""
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
         """Forward to the current processor."""
@@ -89,16 +117,15 @@ class _SwitchableSpanProcessor(SpanProcessor):
         if target is not None:
             target.on_end(span)
 
-    def shutdown(self) -> None:
-        """The provider is shutting down: shut the current processor down."""
+
+class _SwitchableLogProcessor(_Forwarding[LogRecordProcessor], LogRecordProcessor):
+    """The global logger provider's processor: forwards to the active batch processor, if any."""
+
+    def on_emit(self, log_record: Any) -> None:
+        """Forward to the current processor (records go nowhere while nothing is configured)."""
         target = self.target
         if target is not None:
-            target.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Flush the current processor."""
-        target = self.target
-        return True if target is None else target.force_flush(timeout_millis)
+            target.on_emit(log_record)
 
 
 class _SwitchableMetricExporter(MetricExporter):
@@ -135,6 +162,7 @@ class _Installed:
     def __init__(self, resource: Resource | None, metric_export_interval_millis: float) -> None:
         self.sampler = _SwitchableSampler()
         self.span_switch = _SwitchableSpanProcessor()
+        self.log_switch = _SwitchableLogProcessor()
         self.metric_switch = _SwitchableMetricExporter()
         self.reader: PeriodicExportingMetricReader | None = None
         self.sampler_applies = False
@@ -155,6 +183,7 @@ class _Installed:
                 "OTel SDK's; add TrackioSpanExporter to it yourself"
             )
         self.tracer_provider.add_span_processor(self.span_switch)
+        self.logger_provider = self._install_logger_provider(resource)
 
         meter_provider = otel_metrics.get_meter_provider()
         if isinstance(meter_provider, MeterProvider):
@@ -175,6 +204,28 @@ class _Installed:
             self.meter_provider = (
                 provider if otel_metrics.get_meter_provider() is provider else None
             )
+
+    def _install_logger_provider(self, resource: Resource | None) -> LoggerProvider | None:
+        """The SDK logger provider GenAI log events go through: one installed before (our
+        processor is added to it), else a new global one; None when another kind is there."""
+        current = otel_logs.get_logger_provider()
+        if not isinstance(current, LoggerProvider):
+            # The API's proxy stands in until a provider is set (GenAI loggers made before
+            # follow it); anything else is another library's provider we cannot add to.
+            if type(current).__name__ != "ProxyLoggerProvider":
+                _logger.warning(
+                    "otel-trackio: the global logger provider is a %s, not the OTel SDK's; GenAI "
+                    "log events are not sent (add TrackioLogExporter to it yourself)",
+                    type(current).__name__,
+                )
+                return None
+            provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+            otel_logs.set_logger_provider(provider)
+            current = otel_logs.get_logger_provider()
+            if current is not provider:
+                return self._install_logger_provider(resource)
+        current.add_log_record_processor(self.log_switch)
+        return current
 
 
 _lock = threading.RLock()
@@ -197,6 +248,8 @@ class TrackioTelemetry:
         sink: TrackioSink,
         span_exporter: TrackioSpanExporter,
         span_processor: BatchSpanProcessor,
+        log_exporter: TrackioLogExporter | None,
+        log_processor: BatchLogRecordProcessor | None,
         metric_exporter: TrackioMetricExporter | None,
         sampler: Sampler | None,
         request: _Request,
@@ -204,11 +257,13 @@ class TrackioTelemetry:
         self._installed = installed
         self._sink = sink
         self._span_processor = span_processor
+        self._log_processor = log_processor
         self._sampler = sampler
         self._request = request
         self._lock = threading.Lock()
         self._closed = False
         self.span_exporter = span_exporter
+        self.log_exporter = log_exporter
         self.metric_exporter = metric_exporter
 
     @property
@@ -225,6 +280,12 @@ class TrackioTelemetry:
     def tracer_provider(self) -> TracerProvider:
         """The global SDK tracer provider spans go through."""
         return self._installed.tracer_provider
+
+    @property
+    def logger_provider(self) -> LoggerProvider | None:
+        """The global SDK logger provider GenAI log events go through (None when another kind
+        of provider was installed before, or with ``logs=False``)."""
+        return self._installed.logger_provider if self._log_processor is not None else None
 
     @property
     def meter_provider(self) -> MeterProvider | None:
@@ -244,7 +305,10 @@ class TrackioTelemetry:
         """Log everything recorded so far: finished samples, open samples (as partial), metrics."""
         if self._closed:
             return False
-        ok = self._span_processor.force_flush(timeout_millis)
+        ok = True
+        if self._log_processor is not None:  # log events first: they join spans still open
+            ok = self._log_processor.force_flush(timeout_millis)
+        ok = self._span_processor.force_flush(timeout_millis) and ok
         ok = self.span_exporter.force_flush(timeout_millis) and ok
         if self.metric_exporter is not None and self._installed.reader is not None:
             ok = self._installed.reader.force_flush(timeout_millis) and ok
@@ -262,7 +326,12 @@ class TrackioTelemetry:
             self._closed = True
         installed = self._installed
         try:
-            # Spans first: the metric exporter places step-less points at the latest span step.
+            # Log events first (they wait in the pipeline for their spans), then spans: the
+            # metric exporter places step-less points at the latest span step.
+            if self._log_processor is not None:
+                if installed.log_switch.target is self._log_processor:
+                    installed.log_switch.target = None
+                self._log_processor.shutdown()  # type: ignore[no-untyped-call]  # drains, then shuts down
             if installed.span_switch.target is self._span_processor:
                 installed.span_switch.target = None
             self._span_processor.shutdown()  # type: ignore[no-untyped-call]  # drains, then shuts down
@@ -295,6 +364,7 @@ class _Request:
     settings: TrackioSettings
     run: RunLike | None
     metrics: bool
+    logs: bool
 
     def same_target(self, other: _Request) -> bool:
         if self.run is not None or other.run is not None:
@@ -312,15 +382,19 @@ def configure(
     run: RunLike | None = None,
     settings: TrackioSettings | None = None,
     metrics: bool = True,
+    logs: bool = True,
     metric_export_interval_millis: float = 10_000,
     resource: Resource | None = None,
     **options: Any,
 ) -> TrackioTelemetry:
-    """Send this process's OTel spans and metrics to one Trackio run; returns the handle.
+    """Send this process's OTel spans, GenAI log events and metrics to one Trackio run; returns
+    the handle.
 
-    Installs global tracer and meter providers (the first time), a ``BatchSpanProcessor`` with a
-    :class:`TrackioSpanExporter` and a periodic reader with a :class:`TrackioMetricExporter`, both
-    logging to one run, and a per-step sampler when ``max_samples_per_step`` is set. The run is
+    Installs global tracer, logger and meter providers (the first time), a
+    ``BatchSpanProcessor`` with a :class:`TrackioSpanExporter`, a ``BatchLogRecordProcessor`` with
+    a :class:`TrackioLogExporter` (GenAI events sent as log records join their samples) and a
+    periodic reader with a :class:`TrackioMetricExporter`, all logging to one run, and a
+    per-step sampler when ``max_samples_per_step`` is set. The run is
     found or started by the usual rules (``run=`` / the active run / ``trackio.init``).
 
     Args:
@@ -328,6 +402,8 @@ def configure(
         run: a ``trackio.Run`` to log into (never finished by otel-trackio).
         settings: a :class:`TrackioSettings`; ``options`` are applied over it.
         metrics: also export OTel metrics to the run.
+        logs: also take GenAI events sent as OTel log records (completed samples then wait
+            ``LOG_GRACE_SECONDS`` for them unless ``sample_grace_seconds`` is set).
         metric_export_interval_millis: how often metrics are exported (first call decides).
         resource: the OTel resource of the providers (first call decides).
         **options: any setting by name (``key``, ``step_attribute``, ``token_decoder``,
@@ -342,7 +418,7 @@ def configure(
     chosen = settings_for(project, name, settings, options)
     if chosen.offload is None:  # configure() offloads unless told not to (see the README)
         chosen = dataclasses.replace(chosen, offload=True)
-    request = _Request(chosen, run, metrics)
+    request = _Request(chosen, run, metrics, logs)
     with _lock:
         previous = _active
         if previous is not None and not previous.closed:
@@ -367,6 +443,16 @@ def configure(
             # A deep queue: a burst of spans faster than Trackio writes waits instead of being
             # dropped by the SDK (64k spans is a few tens of MB at most).
             processor = TrackioSpanProcessor(span_exporter, max_queue_size=_SPAN_QUEUE_SIZE)
+            log_exporter = (
+                TrackioLogExporter(span_exporter)
+                if logs and installed.logger_provider is not None
+                else None
+            )
+            log_processor = (
+                BatchLogRecordProcessor(log_exporter, max_queue_size=_SPAN_QUEUE_SIZE)
+                if log_exporter is not None
+                else None
+            )
             metric_exporter = (
                 TrackioMetricExporter(run=sink.run, settings=chosen)
                 if metrics and installed.reader is not None
@@ -387,9 +473,18 @@ def configure(
             raise
         activate(chosen)
         installed.span_switch.target = processor
+        installed.log_switch.target = log_processor
         installed.metric_switch.target = metric_exporter
         handle = TrackioTelemetry(
-            installed, sink, span_exporter, processor, metric_exporter, sampler, request
+            installed,
+            sink,
+            span_exporter,
+            processor,
+            log_exporter,
+            log_processor,
+            metric_exporter,
+            sampler,
+            request,
         )
         _active = handle
         # Registered after trackio.init()'s own exit hook, so it runs first: everything is

@@ -2,9 +2,11 @@
 
 ``TracePipeline.add(records)`` buffers span records in a :class:`SampleAssembler`, converts every
 sample that is due (:func:`sample_to_trace`), logs them with one ``run.log({key: [...]},
-step=s)`` per step, and writes them to Trackio's storage before it returns. A timer thread does
-the same for samples whose grace period or TTL ends while no data comes. The in-process
-:class:`~otel_trackio.TrackioSpanExporter` and the OTLP receiver both feed one.
+step=s)`` per step, and writes them to Trackio's storage before it returns;
+``TracePipeline.add_events(events)`` does the same for GenAI log events, which join their spans.
+A timer thread does the same for samples whose grace period or TTL ends while no data comes. The
+in-process :class:`~otel_trackio.TrackioSpanExporter` (with
+:class:`~otel_trackio.TrackioLogExporter` beside it) and the OTLP receiver both feed one.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from . import _steps
 from ._assembly import SampleAssembler
 from ._convert import TraceDict, bare_trace, sample_to_trace
 from ._open_samples import OPEN_SAMPLES, OpenSampleLookup
-from ._records import SpanRecord
+from ._records import LogEventRecord, SpanRecord
 from ._samples import Sample
 from ._trackio import TrackioSink
 from ._values import as_float
@@ -34,6 +38,7 @@ class ExportStats:
     """Counters of what a span pipeline did, for summaries, tests and the fault tally."""
 
     spans_received: int = 0
+    log_events_received: int = 0
     samples_logged: int = 0
     partial_samples: int = 0
     log_calls: int = 0
@@ -90,6 +95,9 @@ class TracePipeline:
         self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
+        # GenAI log events handed over while the lock was taken: the holder takes them before
+        # it lets go (see add_events and _unlock).
+        self._inbox: deque[LogEventRecord] = deque()
         # The expiry timer: runs while something is held or open, sleeps until it is due.
         self._timer: threading.Thread | None = None
         self._timer_due: float | None = None
@@ -105,19 +113,66 @@ class TracePipeline:
     def add(self, records: Iterable[SpanRecord], timeout_seconds: float = 30.0) -> bool:
         """Buffer span records and log, durably, every sample that is due. False on a failure
         (warned and counted); never raises."""
+        spans = list(records)
+
+        def buffer() -> list[Sample]:
+            self.stats.spans_received += len(spans)
+            return self.assembler.add(spans)
+
+        return self._take(buffer, f"{len(spans)} spans", timeout_seconds)
+
+    def add_events(self, events: Iterable[LogEventRecord], timeout_seconds: float = 30.0) -> bool:
+        """Hand GenAI log events to the samples of their spans (see
+        :meth:`SampleAssembler.add_events`) and log, durably, every sample that is due.
+
+        The events count as arrived at once: when another export holds the pipeline, they go
+        to an inbox that the pipeline empties before anything else it does (and before it lets
+        go), so a long span export never makes them miss their sample's grace period. Past
+        ``max_buffered_spans`` events in that inbox, the call waits for the pipeline instead.
+        False on a failure (warned); never raises.
+        """
         if self._closed:
             return False
-        if not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
-            lost = len(list(records))
+        self._inbox.extend(events)
+        blocking = len(self._inbox) > self.settings.max_buffered_spans
+        return self._take(list, "log events", timeout_seconds, blocking=blocking)
+
+    def expect_log_events(self) -> None:
+        """A log exporter feeds this pipeline too: unless ``sample_grace_seconds`` was set, a
+        completed sample now waits at least :data:`LOG_GRACE_SECONDS` for log events of its
+        spans (they travel through another processor and may come after the root)."""
+        if self.settings.sample_grace_seconds is None:
+            self._lock.acquire()
+            try:
+                grace = self.assembler.grace_seconds
+                self.assembler.grace_seconds = max(grace, LOG_GRACE_SECONDS)
+            finally:
+                self._unlock()
+
+    def _take(
+        self,
+        buffer: Callable[[], list[Sample]],
+        what: str,
+        timeout_seconds: float,
+        *,
+        blocking: bool = True,
+    ) -> bool:
+        """``add``/``add_events``: take the inbox's events, ``buffer`` the data, then log and
+        write what is due. Not ``blocking``: when the lock is taken, its holder does it."""
+        if self._closed:
+            return False
+        if not blocking:
+            if not self._lock.acquire(blocking=False):
+                return True
+        elif not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
             self.stats.failed_exports += 1
-            self._warn("busy", f"exporter busy for {timeout_seconds}s; {lost} spans lost")
+            self._warn("busy", f"exporter busy for {timeout_seconds}s; {what} lost")
             return False
         try:
             if self._closed:
                 return False
-            records = list(records)
-            self.stats.spans_received += len(records)
-            samples = self.assembler.add(records)
+            samples = self._drain()
+            samples.extend(buffer())
             samples.extend(self.assembler.expire())
             logged = self._log(samples)
             self._schedule()
@@ -129,7 +184,33 @@ class TracePipeline:
             self._warn("export", f"export failed: {exc!r}")
             return False
         finally:
+            self._unlock()
+
+    def _drain(self) -> list[Sample]:
+        """Give the inbox's log events to the assembler (lock held); the samples now due."""
+        events: list[LogEventRecord] = []
+        while self._inbox:
+            events.append(self._inbox.popleft())
+        if not events:
+            return []
+        self.stats.log_events_received += len(events)
+        return self.assembler.add_events(events)
+
+    def _unlock(self) -> None:
+        """Release the lock. Log events handed over while it was held (their ``add_events``
+        found it taken) are taken first, so none waits for the next export."""
+        while True:
             self._lock.release()
+            if self._closed or not self._inbox or not self._lock.acquire(blocking=False):
+                return
+            try:
+                logged = self._log(self._drain())
+                self._schedule()
+                if not (self._write(30.0) and logged):
+                    self.stats.failed_exports += 1
+            except Exception as exc:  # noqa: BLE001 - never fail the caller that let go
+                self.stats.failed_exports += 1
+                self._warn("export", f"taking log events failed: {exc!r}")
 
     def flush(self, timeout_seconds: float = 30.0) -> bool:
         """Log every open sample now (held ones whole, the rest as partial), durably."""
@@ -140,7 +221,7 @@ class TracePipeline:
         try:
             return self._flush_all(timeout_seconds)
         finally:
-            self._lock.release()
+            self._unlock()
 
     def close(self, timeout_seconds: float = 30.0, *, flush: bool = True) -> None:
         """Flush (unless ``flush=False``: a spool keeps what is open), then release the run
@@ -164,7 +245,7 @@ class TracePipeline:
                 )
         finally:
             if acquired:
-                self._lock.release()
+                self._lock.release()  # closed: nothing more is taken
         self.sink.release()
 
     @property
@@ -192,13 +273,16 @@ class TracePipeline:
     def _run_timer(self) -> None:
         """Log samples whose grace period or TTL ended, when they end, even if no data comes."""
         while True:
-            with self._lock:
+            self._lock.acquire()
+            try:
                 due = None if self._closed else self.assembler.next_due()
                 if due is None:
                     self._timer = self._timer_due = None
                     return
                 self._timer_due = due
                 self._wake.clear()
+            finally:
+                self._unlock()
             delay = due - self._clock()
             if delay > 0:
                 self._wake.wait(delay)
@@ -213,20 +297,22 @@ class TracePipeline:
         try:
             if self._closed:
                 return False
-            logged = self._log(self.assembler.expire())
+            samples = self._drain()  # events handed over before the grace period ended
+            samples.extend(self.assembler.expire())
+            logged = self._log(samples)
             return self._write(timeout_seconds) and logged
         except Exception as exc:  # noqa: BLE001 - a timer thread must not die of one sample
             self.stats.failed_exports += 1
             self._warn("expire", f"logging expired samples failed: {exc!r}")
             return False
         finally:
-            self._lock.release()
+            self._unlock()
 
     # -- stages -------------------------------------------------------------------------------
 
     def _flush_all(self, timeout_seconds: float) -> bool:
         try:
-            logged = self._log(self.assembler.flush())
+            logged = self._log(self._drain() + self.assembler.flush())
         except Exception as exc:  # noqa: BLE001
             self._warn("flush", f"flushing open samples failed: {exc!r}")
             logged = False
@@ -324,15 +410,27 @@ class TracePipeline:
         self._warned.add(kind)
         _logger.warning("otel-trackio: %s", message)
 
-    def buffered_records(self) -> list[SpanRecord]:
-        """Every span record waiting here (for a sample's root, or held in a grace period)."""
-        with self._lock:
-            return list(self.assembler.records())
+    def buffered_items(self) -> list[object]:
+        """Every span record and GenAI event record waiting here: spans buffered for a root
+        or held in a grace period (with the events joined to them), events waiting for their
+        span. What a spool drainer must not forget before it is logged."""
+        self._lock.acquire()
+        try:
+            items: list[object] = []
+            for record in self.assembler.records():
+                items.append(record)
+                items.extend(record.events)
+            items.extend(event.event for event in self.assembler.waiting_events())
+            items.extend(event.event for event in self._inbox)
+            return items
+        finally:
+            self._unlock()
 
     def describe(self) -> dict[str, Any]:
         """Counts for summaries: buffered spans, held samples, open traces."""
         return {
             "buffered_spans": self.assembler.buffered_spans,
+            "pending_events": self.assembler.pending_events,
             "held_samples": self.assembler.held_samples,
             "open_traces": self.assembler.open_traces,
         }
@@ -347,8 +445,52 @@ Collector batches (200 ms) trail by far less."""
 
 def grace_seconds(settings: TrackioSettings, *, receiver: bool) -> float:
     """The grace period a path runs with: the setting, else 0 in process (one process's
-    ``BatchSpanProcessor`` delivers a sample's children before its root) and
+    ``BatchSpanProcessor`` delivers a sample's children before its root; a log exporter raises
+    it to :data:`LOG_GRACE_SECONDS`, see :meth:`TracePipeline.expect_log_events`) and
     :data:`RECEIVER_GRACE_SECONDS` in the OTLP receiver."""
     if settings.sample_grace_seconds is not None:
         return settings.sample_grace_seconds
     return RECEIVER_GRACE_SECONDS if receiver else 0.0
+
+
+LOG_GRACE_SECONDS = 2.0
+"""The in-process grace period once a log exporter feeds the pipeline (see
+:meth:`TracePipeline.expect_log_events`): a GenAI log event is emitted before its span ends, but
+the ``BatchLogRecordProcessor`` exports it up to its schedule delay (1 s by default) later, while
+the ``BatchSpanProcessor`` may export the span and its root at once (a full batch, a flush)."""
+
+
+# -- where a log exporter of the process sends GenAI events ----------------------------------------
+
+
+class EventIntake(Protocol):
+    """Where GenAI log events go: a span pipeline in process, or an offloading span exporter's
+    spool (its writer process joins them to their samples)."""
+
+    @property
+    def closed(self) -> bool:
+        """True once it takes no more events."""
+
+    def add_events(self, events: Iterable[LogEventRecord], timeout_seconds: float = 30.0) -> bool:
+        """Hand over log events; False when they could not be taken."""
+
+    def expect_log_events(self) -> None:
+        """A log exporter feeds it: samples wait for their log events (a grace period)."""
+
+
+_registry: dict[tuple[str | None, str | None], weakref.ref[EventIntake]] = {}
+_registry_lock = threading.Lock()
+
+
+def register_intake(intake: EventIntake, project: str | None, name: str | None) -> None:
+    """Make ``intake`` the one :func:`find_intake` gives for ``project``/``name``."""
+    with _registry_lock:
+        _registry[(project, name)] = weakref.ref(intake)
+
+
+def find_intake(project: str | None, name: str | None) -> EventIntake | None:
+    """Where the latest span exporter of ``project``/``name`` in this process takes log events."""
+    with _registry_lock:
+        ref = _registry.get((project, name))
+    intake = ref() if ref is not None else None
+    return intake if intake is not None and not intake.closed else None

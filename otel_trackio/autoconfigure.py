@@ -1,12 +1,14 @@
 """Zero-code setup: the ``trackio`` exporters the OTel SDK configurator builds with no arguments.
 
 The configurator (used by ``opentelemetry-instrument``) finds exporters through the
-``opentelemetry_traces_exporter`` / ``opentelemetry_metrics_exporter`` entry points and calls
-the class with no arguments, so the classes here read :class:`~otel_trackio.TrackioSettings`
-from the environment::
+``opentelemetry_traces_exporter`` / ``opentelemetry_metrics_exporter`` /
+``opentelemetry_logs_exporter`` entry points and calls the class with no arguments, so the
+classes here read :class:`~otel_trackio.TrackioSettings` from the environment::
 
-    OTEL_TRACES_EXPORTER=trackio OTEL_METRICS_EXPORTER=trackio \\
+    OTEL_TRACES_EXPORTER=trackio OTEL_METRICS_EXPORTER=trackio OTEL_LOGS_EXPORTER=trackio \\
     OTEL_EXPORTER_TRACKIO_PROJECT=my-rl opentelemetry-instrument python app.py
+
+The log exporter sends GenAI log events to the span exporter of the same project and run.
 
 A missing project or a malformed variable must not break the rest of the OTel setup: the
 exporter then logs one error naming the variable and sends nothing.
@@ -36,6 +38,12 @@ from .environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
     OTEL_EXPORTER_TRACKIO_PROJECT,
 )
+from .log_exporter import (
+    LogExportStats,
+    LogRecordExporter,
+    LogRecordExportResult,
+    TrackioLogExporter,
+)
 from .metric_exporter import DEFAULT_TEMPORALITY, MetricExportStats, TrackioMetricExporter
 from .sampling import step_sampler
 from .settings import TrackioConfigError, TrackioSettings
@@ -44,7 +52,12 @@ from .span_processor import OpenSampleTracker
 
 _logger = logging.getLogger("otel_trackio")
 
-__all__ = ["TrackioEnvMetricExporter", "TrackioEnvSpanExporter", "settings_from_env"]
+__all__ = [
+    "TrackioEnvLogExporter",
+    "TrackioEnvMetricExporter",
+    "TrackioEnvSpanExporter",
+    "settings_from_env",
+]
 
 
 def settings_from_env(
@@ -81,11 +94,8 @@ class TrackioEnvSpanExporter(SpanExporter):
 
     def __init__(self, *, run: RunLike | None = None, **overrides: Any) -> None:
         self.exporter: TrackioSpanExporter | None = None
-        try:
-            needs_project = overrides.get("project") is None and run is None
-            settings = settings_from_env(require_project=needs_project, **overrides)
-        except TrackioConfigError as exc:
-            _report_config_error(exc)
+        settings = _env_settings(overrides, has_run=run is not None)
+        if settings is None:
             return
         self.exporter = TrackioSpanExporter(run=run, settings=settings)
         if settings.max_samples_per_step is not None:
@@ -149,11 +159,8 @@ class TrackioEnvMetricExporter(MetricExporter):
     def __init__(self, *, run: RunLike | None = None, **overrides: Any) -> None:
         super().__init__(preferred_temporality=dict(DEFAULT_TEMPORALITY))
         self.exporter: TrackioMetricExporter | None = None
-        try:
-            needs_project = overrides.get("project") is None and run is None
-            settings = settings_from_env(require_project=needs_project, **overrides)
-        except TrackioConfigError as exc:
-            _report_config_error(exc)
+        settings = _env_settings(overrides, has_run=run is not None)
+        if settings is None:
             return
         self.exporter = TrackioMetricExporter(run=run, settings=settings)
         self._preferred_temporality = self.exporter._preferred_temporality
@@ -187,7 +194,52 @@ class TrackioEnvMetricExporter(MetricExporter):
             self.exporter.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
+class TrackioEnvLogExporter(LogRecordExporter):
+    """A :class:`TrackioLogExporter` configured by ``OTEL_EXPORTER_TRACKIO_*`` (entry ``trackio``
+    of ``opentelemetry_logs_exporter``): GenAI log events join the samples of the span exporter
+    of the same project and run in this process (the configurator builds that one first).
+    Keyword arguments and configuration errors behave as for :class:`TrackioEnvSpanExporter`."""
+
+    def __init__(self, **overrides: Any) -> None:
+        self.exporter: TrackioLogExporter | None = None
+        settings = _env_settings(overrides, has_run=False)
+        if settings is None:
+            return
+        self.exporter = TrackioLogExporter(settings=settings)
+
+    @property
+    def stats(self) -> LogExportStats:
+        """What the exporter did (all zero when misconfigured)."""
+        return self.exporter.stats if self.exporter is not None else LogExportStats()
+
+    def export(self, batch: Sequence[Any]) -> LogRecordExportResult:
+        """Export GenAI events; FAILURE when misconfigured (the error was logged once)."""
+        if self.exporter is None:
+            return LogRecordExportResult.FAILURE
+        return self.exporter.export(batch)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing waits in the exporter itself."""
+        return self.exporter.force_flush(timeout_millis) if self.exporter is not None else True
+
+    def shutdown(self, timeout_millis: int = 30000, **kwargs: Any) -> None:
+        """Stop exporting. Idempotent."""
+        if self.exporter is not None:
+            self.exporter.shutdown(timeout_millis)
+
+
 _reported: set[str] = set()
+
+
+def _env_settings(overrides: Mapping[str, Any], *, has_run: bool) -> TrackioSettings | None:
+    """The zero-code exporters' settings (a project is needed unless given or a run is); None
+    after reporting a configuration error once."""
+    try:
+        needs_project = overrides.get("project") is None and not has_run
+        return settings_from_env(require_project=needs_project, **overrides)
+    except TrackioConfigError as exc:
+        _report_config_error(exc)
+        return None
 
 
 def _report_config_error(exc: TrackioConfigError) -> None:

@@ -37,7 +37,8 @@ OTEL_EXPORTER_TRACKIO_SAMPLE_TTL_SECONDS = "OTEL_EXPORTER_TRACKIO_SAMPLE_TTL_SEC
 """An idle trace is logged as partial after this many seconds. Default ``300``."""
 
 OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS = "OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS"
-"""Past this many waiting spans the oldest open samples go out as partial. Default ``100000``."""
+"""Past this many waiting spans and log events the oldest open samples go out as partial. Default
+``100000``."""
 
 OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS = "OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS"
 """Longer strings are cut with a visible marker. Default ``65536``."""
@@ -62,8 +63,8 @@ OTEL_EXPORTER_TRACKIO_SAMPLING_SEED = "OTEL_EXPORTER_TRACKIO_SAMPLING_SEED"
 """Seed of the per-step sampler's choice. Default ``0``."""
 
 OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS = "OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS"
-"""How long a completed sample waits for spans arriving after its root. Default: 0 in process, 5 in
-the OTLP receiver."""
+"""How long a completed sample waits for spans and log events arriving after its root. Default: 0 in
+process (2 with a log exporter), 5 in the OTLP receiver."""
 
 OTEL_EXPORTER_TRACKIO_OFFLOAD = "OTEL_EXPORTER_TRACKIO_OFFLOAD"
 """``true``: the span exporter only spools compact records; a writer process logs them."""

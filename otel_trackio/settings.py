@@ -186,10 +186,12 @@ class TrackioSettings:
         key: the Trackio key the Traces are logged under.
         step_attribute, sample_attribute: span attribute names of the step and sample index.
         sample_ttl_seconds: a trace idle this long is logged as partial.
-        sample_grace_seconds: how long a completed sample waits for spans of it arriving after
-            its root (None: 0 in process, where children always come first; 5 s in the OTLP
-            receiver, where batches from several processes and Collectors arrive in any order).
-        max_buffered_spans: past this many waiting spans the oldest samples go out as partial.
+        sample_grace_seconds: how long a completed sample waits for spans and GenAI log events of
+            it arriving after its root (None: 0 in process, where children always come first,
+            2 s once a log exporter feeds the pipeline; 5 s in the OTLP receiver, where batches
+            from several processes and Collectors arrive in any order).
+        max_buffered_spans: past this many waiting spans (and log events waiting for their
+            span) the oldest samples go out as partial.
         max_value_chars: longer strings are cut with a visible marker.
         token_decoder: turns token id lists on spans into text (on the export thread).
         token_id_attributes: which span attributes hold token ids, and the side each fills.

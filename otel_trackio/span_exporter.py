@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ._pipeline import ExportStats, TracePipeline, grace_seconds
+from ._pipeline import EventIntake, ExportStats, TracePipeline, grace_seconds, register_intake
 from ._records import SpanRecord, record_from_readable_span
 from ._spool.offload import OffloadClient, portable
 from ._trackio import RunLike, TrackioSink, is_remote
@@ -77,6 +77,9 @@ class TrackioSpanExporter(SpanExporter):
         self._pipeline = TracePipeline(
             settings, sink, grace_seconds=grace_seconds(settings, receiver=False)
         )
+        # A TrackioLogExporter of the same project and run finds where to send GenAI events.
+        register_intake(self.event_intake, settings.project, settings.name)
+        register_intake(self.event_intake, sink.project, sink.run_name)
 
     @property
     def run(self) -> RunLike:
@@ -95,6 +98,12 @@ class TrackioSpanExporter(SpanExporter):
         if self._offload is not None:
             return self._offload.stats()
         return self._pipeline.stats
+
+    @property
+    def event_intake(self) -> EventIntake:
+        """Where GenAI log events joining this exporter's samples go (see
+        :class:`~otel_trackio.TrackioLogExporter`): the pipeline, or with offload the spool."""
+        return self._offload if self._offload is not None else self._pipeline
 
     @property
     def offloaded(self) -> OffloadClient | None:

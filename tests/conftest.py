@@ -48,6 +48,24 @@ def _isolate_global_state():
     settings._active = None
 
 
+@pytest.fixture
+def start_receiver(project):
+    """Start receivers on free ports; every one is stopped at the end of the test."""
+    from otel_trackio.receiver import OTLPReceiver
+
+    started: list[OTLPReceiver] = []
+
+    def start(**kwargs) -> OTLPReceiver:
+        kwargs.setdefault("summary_interval", 0)
+        receiver = OTLPReceiver(project, kwargs.pop("name", "r"), port=0, **kwargs).start()
+        started.append(receiver)
+        return receiver
+
+    yield start
+    for receiver in started:
+        receiver.stop()
+
+
 def read_traces(project: str, run: str | None = None) -> list[dict]:
     """Every Trace stored for a project (of one run, or of all its runs), oldest first."""
     runs = [run] if run is not None else SQLiteStorage.get_runs(project)

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 from conftest import read_logs, read_traces
+from opentelemetry.sdk._logs.export import LogRecordExportResult
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
 from otel_trackio import TrackioConfigError, autoconfigure, environment_variables
 from otel_trackio.autoconfigure import (
+    TrackioEnvLogExporter,
     TrackioEnvMetricExporter,
     TrackioEnvSpanExporter,
     settings_from_env,
@@ -47,9 +49,39 @@ APP = textwrap.dedent(
 )
 
 
-def _instrument(tmp_path: Path, trackio_dir: str, env: dict[str, str], *flags: str):
+GENAI_APP = textwrap.dedent(
+    """
+    # Model calls whose content goes out as GenAI log events (openai-v2's EVENT_ONLY mode), and
+    # an ordinary log record: plain OTel API calls.
+    from opentelemetry import _logs, trace
+
+    tracer = trace.get_tracer("app")
+    logger = _logs.get_logger("genai")
+    chat = {"gen_ai.operation.name": "chat"}
+    for i in range(3):
+        with tracer.start_as_current_span("rollout", attributes={"step": 1, "sample_index": i}):
+            with tracer.start_as_current_span("chat m", attributes=chat):
+                messages = {
+                    "gen_ai.input.messages": [
+                        {"role": "user", "parts": [{"type": "text", "content": f"q{i}"}]}
+                    ],
+                    "gen_ai.output.messages": [
+                        {"role": "assistant", "parts": [{"type": "text", "content": f"a{i}"}]}
+                    ],
+                }
+                name = "gen_ai.client.inference.operation.details"
+                logger.emit(_logs.LogRecord(event_name=name, attributes=messages))
+                logger.emit(_logs.LogRecord(body="an ordinary log line"))
+    print("app finished")
+    """
+)
+
+
+def _instrument(
+    tmp_path: Path, trackio_dir: str, env: dict[str, str], *flags: str, app_text: str = APP
+):
     app = tmp_path / "app.py"
-    app.write_text(APP)
+    app.write_text(app_text)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     full_env = {
         **clean,
@@ -95,6 +127,29 @@ def test_opentelemetry_instrument_with_env_vars_only(project, trackio_dir, tmp_p
         if "rollout.reward/mean" in row
     }
     assert means == {0: pytest.approx(0.375), 1: pytest.approx(0.375)}
+
+
+def test_opentelemetry_instrument_sends_genai_log_events_to_their_samples(
+    project, trackio_dir, tmp_path
+):
+    result = _instrument(
+        tmp_path,
+        trackio_dir,
+        {
+            "OTEL_LOGS_EXPORTER": "trackio",
+            "OTEL_EXPORTER_TRACKIO_PROJECT": project,
+            "OTEL_EXPORTER_TRACKIO_RUN": "zero-code-logs",
+        },
+        app_text=GENAI_APP,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "app finished" in result.stdout
+    traces = read_traces(project, "zero-code-logs")
+    assert [t["messages"] for t in traces] == [
+        [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]
+        for i in range(3)
+    ]
+    assert not any(t["metadata"].get("partial") for t in traces)
 
 
 def test_instrument_flags_and_sampling_cap(project, trackio_dir, tmp_path):
@@ -202,11 +257,15 @@ def test_zero_argument_exporters_share_one_run(env, project):
     env(PROJECT=project, RUN="shared")
     spans = TrackioEnvSpanExporter()
     metrics = TrackioEnvMetricExporter()
+    logs = TrackioEnvLogExporter()
     try:
         assert isinstance(spans, TrackioEnvSpanExporter)
         assert spans.run is metrics.run
         assert (spans.run.project, spans.run.name) == (project, "shared")
+        # The log exporter found where the span exporter takes events (same project and run).
+        assert logs.exporter._target() is spans.exporter.event_intake
     finally:
+        logs.shutdown()
         metrics.shutdown()
         spans.shutdown()
     assert spans.run._stop_flag.is_set()  # the last holder finished it
@@ -225,7 +284,10 @@ def test_missing_project_gives_a_disabled_exporter_and_one_error(env, caplog):
     with caplog.at_level(logging.ERROR, logger="otel_trackio"):
         spans = TrackioEnvSpanExporter()
         metrics = TrackioEnvMetricExporter()
+        logs = TrackioEnvLogExporter()
     assert spans.export([]) is SpanExportResult.FAILURE
+    assert logs.export([]) is LogRecordExportResult.FAILURE
+    logs.shutdown()
     metrics.shutdown()
     spans.shutdown()
     messages = [r.getMessage() for r in caplog.records]
@@ -251,6 +313,7 @@ def test_entry_points_are_registered():
 
     assert target("opentelemetry_traces_exporter", "trackio").endswith("TrackioEnvSpanExporter")
     assert target("opentelemetry_metrics_exporter", "trackio").endswith("TrackioEnvMetricExporter")
+    assert target("opentelemetry_logs_exporter", "trackio").endswith("TrackioEnvLogExporter")
     assert target("opentelemetry_traces_sampler", "trackio_step").endswith("step_sampler_factory")
     assert (
         target("opentelemetry_environment_variables", "trackio")

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 from conftest import read_logs, read_traces
+from opentelemetry import _logs as otel_logs
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry._logs import _internal as logs_internal
 from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.util._once import Once
 
@@ -28,6 +30,8 @@ def _reset_otel_globals() -> None:
     trace._TRACER_PROVIDER = None
     metrics_internal._METER_PROVIDER_SET_ONCE = Once()
     metrics_internal._METER_PROVIDER = None
+    logs_internal._LOGGER_PROVIDER_SET_ONCE = Once()
+    logs_internal._LOGGER_PROVIDER = None
     otel_setup._installed = None
     otel_setup._active = None
 
@@ -292,3 +296,61 @@ def test_configure_joins_a_tracer_provider_installed_before_it(project, caplog):
     _rollouts(1, 1)
     handle.shutdown()
     assert [t["step"] for t in read_traces(project, "joined")] == [0, 0, 0, 1]
+
+
+def _genai_rollout(index: int, question: str) -> None:
+    """A sample whose model call sends its content as GenAI log events (as openai-v2 does),
+    plus one ordinary log record."""
+    tracer = trace.get_tracer("test")
+    logger = otel_logs.get_logger("genai")
+    with tracer.start_as_current_span("rollout", attributes={"step": 2, "sample_index": index}):
+        with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}):
+            user = {"content": question}
+            logger.emit(otel_logs.LogRecord(event_name="gen_ai.user.message", body=user))
+            body = {"index": 0, "finish_reason": "stop", "message": {"content": f"re: {question}"}}
+            logger.emit(otel_logs.LogRecord(event_name="gen_ai.choice", body=body))
+            logger.emit(otel_logs.LogRecord(body="an ordinary log line"))
+
+
+def test_configure_joins_genai_log_events_to_their_samples(project):
+    handle = otel_trackio.configure(project, "logs")
+    assert otel_logs.get_logger_provider() is handle.logger_provider is not None
+    for index in range(3):
+        _genai_rollout(index, f"q{index}")
+    handle.shutdown()
+
+    traces = read_traces(project, "logs")
+    assert [t["messages"] for t in traces] == [
+        [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"re: q{i}"}]
+        for i in range(3)
+    ]
+    assert not any(t["metadata"].get("partial") for t in traces)
+    stats = handle.log_exporter.stats
+    assert (stats.genai_events, stats.not_genai) == (6, 3)
+
+
+def test_configure_adds_its_log_processor_to_a_logger_provider_installed_before(project):
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+
+    own = LoggerProvider()
+    theirs = InMemoryLogRecordExporter()
+    own.add_log_record_processor(SimpleLogRecordProcessor(theirs))
+    otel_logs.set_logger_provider(own)
+    handle = otel_trackio.configure(project, "joined-logs")
+    assert handle.logger_provider is own
+    _genai_rollout(0, "q")
+    otel_trackio.configure(project, "joined-logs")  # same run: no second processor
+    handle.shutdown()
+    (sample,) = read_traces(project, "joined-logs")
+    assert [m["content"] for m in sample["messages"]] == ["q", "re: q"]
+    assert len(theirs.get_finished_logs()) == 3  # the user's exporter still gets everything
+
+
+def test_configure_without_logs(project):
+    handle = otel_trackio.configure(project, "no-logs", logs=False)
+    assert handle.log_exporter is None and handle.logger_provider is None
+    _genai_rollout(0, "q")
+    handle.shutdown()
+    (sample,) = read_traces(project, "no-logs")
+    assert sample["messages"] == []

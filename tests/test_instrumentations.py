@@ -13,6 +13,7 @@ leaked). The Trace read back from real Trackio storage must be the same whicheve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,10 +27,12 @@ import pytest
 from conftest import read_traces
 from fake_openai_server import INPUT_TOKENS, MODEL, OUTPUT_TOKENS, FakeOpenAIServer
 from opentelemetry.instrumentation._semconv import _OpenTelemetrySemanticConventionStability
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from otel_trackio import TrackioSpanExporter
+from otel_trackio import TrackioLogExporter, TrackioSpanExporter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,15 +117,37 @@ def genai_env(monkeypatch) -> Callable[[str], None]:
 
 
 def run_conversation(
-    instrumentation: str, project: str, base_url: str, *, run: str = "conv"
-) -> None:
-    """The two-call tool conversation as one sample at step 1, exported into ``project``/``run``."""
+    instrumentation: str,
+    project: str,
+    base_url: str,
+    *,
+    run: str = "conv",
+    logs: str | None = None,
+) -> dict[str, int]:
+    """The two-call tool conversation as one sample at step 1, exported into ``project``/``run``.
+
+    ``logs`` adds a logger provider with a :class:`TrackioLogExporter`: ``"first"`` exports each
+    log record as it is emitted (before its span ends), ``"after"`` holds them in a
+    ``BatchLogRecordProcessor`` until the whole sample, root included, was exported. Returns the
+    log exporter's counts.
+    """
     exporter = TrackioSpanExporter(project=project, name=run)
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("rollout")
     instrumentor = INSTRUMENTORS[instrumentation]()
-    instrumentor.instrument(tracer_provider=provider)
+    logger_provider = LoggerProvider() if logs else None
+    log_exporter = TrackioLogExporter(exporter) if logs else None
+    if logger_provider is not None and log_exporter is not None:
+        processor = (
+            SimpleLogRecordProcessor(log_exporter)
+            if logs == "first"
+            else BatchLogRecordProcessor(log_exporter, schedule_delay_millis=3_600_000)
+        )
+        logger_provider.add_log_record_processor(processor)
+        instrumentor.instrument(tracer_provider=provider, logger_provider=logger_provider)
+    else:
+        instrumentor.instrument(tracer_provider=provider)
     try:
         client = openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0)
         with tracer.start_as_current_span("rollout", attributes={"step": 1, "sample_index": 0}):
@@ -162,9 +187,14 @@ def run_conversation(
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
             second = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
             assert second.choices[0].message.content == "answer to: 4"
+        if logger_provider is not None:
+            logger_provider.force_flush()  # "after": now, once the root was exported
     finally:
         instrumentor.uninstrument()
+        if logger_provider is not None:
+            logger_provider.shutdown()
         provider.shutdown()
+    return dataclasses.asdict(log_exporter.stats) if log_exporter is not None else {}
 
 
 def conversation_traces(instrumentation: str, project: str, base_url: str) -> list[dict]:
@@ -188,13 +218,9 @@ def _check_span_facts(trace: dict) -> None:
     assert tool["output"] == "4"
 
 
-@pytest.mark.parametrize("instrumentation", list(INSTRUMENTORS))
-def test_same_conversation_from_every_instrumentation(instrumentation, project, server, genai_env):
-    genai_env("SPAN_ONLY")
-    traces = conversation_traces(instrumentation, project, server.base_url)
-    assert len(traces) == 1
-    trace = traces[0]
-    assert trace["step"] == 1
+def _check_conversation(trace: dict) -> list[dict]:
+    """The Trace holds the expected conversation, span facts and per-call input/output; its two
+    generation spans, in order."""
     assert trace["messages"] == EXPECTED_CONVERSATION, json.dumps(trace["messages"], indent=1)
     _check_span_facts(trace)
     first, second = sorted(
@@ -205,6 +231,17 @@ def test_same_conversation_from_every_instrumentation(instrumentation, project, 
     assert second["input"] == EXPECTED_MESSAGES[:4]
     assert first["output"][0]["tool_calls"] == EXPECTED_MESSAGES[2]["tool_calls"]
     assert second["output"][0]["content"] == "answer to: 4"
+    return [first, second]
+
+
+@pytest.mark.parametrize("instrumentation", list(INSTRUMENTORS))
+def test_same_conversation_from_every_instrumentation(instrumentation, project, server, genai_env):
+    genai_env("SPAN_ONLY")
+    traces = conversation_traces(instrumentation, project, server.base_url)
+    assert len(traces) == 1
+    trace = traces[0]
+    assert trace["step"] == 1
+    _check_conversation(trace)
 
 
 def test_model_call_without_content_keeps_model_and_usage(project, server, genai_env):
@@ -234,16 +271,19 @@ t.run_conversation("openllmetry", sys.argv[1], sys.argv[2])
 """
 
 
-def test_openllmetry_json_form(project, server, trackio_dir):
-    if not OPENLLMETRY_JSON.is_dir():
-        pytest.skip(f"{OPENLLMETRY_JSON} missing: run `make test` (it installs it)")
+def run_beside(folder: Path, script: str, *args: str, trackio_dir: str) -> list[str]:
+    """Run ``script`` in a subprocess with ``folder`` (a side install) first on the path, in
+    this session's Trackio folder; its output lines."""
+    if not folder.is_dir():
+        pytest.skip(f"{folder} missing: run `make test` (it installs it)")
     env = {
         **os.environ,
         "TRACKIO_DIR": trackio_dir,
-        "PYTHONPATH": os.pathsep.join([str(OPENLLMETRY_JSON), str(ROOT / "tests")]),
+        "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT / "tests")]),
     }
+    env.pop("OTEL_SEMCONV_STABILITY_OPT_IN", None)
     result = subprocess.run(
-        [sys.executable, "-c", SUBPROCESS_SCRIPT, project, server.base_url],
+        [sys.executable, "-c", script, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -251,9 +291,66 @@ def test_openllmetry_json_form(project, server, trackio_dir):
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[0].startswith("0.62"), result.stdout
+    return result.stdout.splitlines()
+
+
+def test_openllmetry_json_form(project, server, trackio_dir):
+    lines = run_beside(
+        OPENLLMETRY_JSON, SUBPROCESS_SCRIPT, project, server.base_url, trackio_dir=trackio_dir
+    )
+    assert lines[0].startswith("0.62"), lines
     (trace,) = read_traces(project, "conv")
     assert trace["messages"] == EXPECTED_CONVERSATION
     _check_span_facts(trace)
     span = next(s for s in trace["spans"] if s["kind"] == "generation")
     assert "gen_ai.input.messages" not in span["metadata"]  # read, not dumped
+
+
+@pytest.mark.parametrize("logs", ["first", "after"])
+@pytest.mark.parametrize("capture", ["EVENT_ONLY", "SPAN_AND_EVENT"])
+def test_openai_v2_log_events_give_the_same_conversation(
+    capture, logs, project, server, genai_env
+):
+    """2.4b0 with content in a ``gen_ai.client.inference.operation.details`` log record
+    (``EVENT_ONLY``: nothing on the span; ``SPAN_AND_EVENT``: both), its log records exported
+    before or after the spans: the same messages as ``SPAN_ONLY``, each once."""
+    genai_env(capture)
+    stats = run_conversation("openai-v2", project, server.base_url, logs=logs)
+    assert stats["genai_events"] == 2 and stats["not_genai"] == 0, stats
+    (trace,) = read_traces(project, "conv")
+    assert "partial" not in trace["metadata"]
+    for span in _check_conversation(trace):
+        # The event was read into the span's messages, not repeated in its metadata.
+        assert "events" not in span["metadata"], span["metadata"]
+
+
+# openai-v2 releases before util-genai (2.2b0, 2.3b0) send the content as one log record per
+# message (gen_ai.system/user/assistant/tool.message, gen_ai.choice); 2.0b0 and 2.1b0 did the same
+# through the Events API, which opentelemetry-api 1.45 no longer has. `make test` installs 2.3b0
+# with --no-deps into .venv/openai-v2-2.3 (the same distribution as the 2.4b0 above), and this test
+# runs the conversation in a subprocess with that folder first on the path.
+OPENAI_V2_EVENTS = ROOT / ".venv" / "openai-v2-2.3"
+
+PER_MESSAGE_SCRIPT = """
+import json, os, sys, types
+from importlib.metadata import version
+sys.modules["conftest"] = types.SimpleNamespace(read_traces=None)
+os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "true"
+import test_instrumentations as t
+print(version("opentelemetry-instrumentation-openai-v2"))
+print(json.dumps(t.run_conversation("openai-v2", sys.argv[1], sys.argv[2], logs=sys.argv[3])))
+"""
+
+
+@pytest.mark.parametrize("logs", ["first", "after"])
+def test_openai_v2_per_message_log_events(logs, project, server, trackio_dir):
+    lines = run_beside(
+        OPENAI_V2_EVENTS, PER_MESSAGE_SCRIPT, project, server.base_url, logs,
+        trackio_dir=trackio_dir,
+    )
+    assert lines[0].startswith("2.3"), lines
+    stats = json.loads(lines[-1])
+    # 2 + 4 messages sent, 2 choices received.
+    assert stats["genai_events"] == 8 and stats["not_genai"] == 0, stats
+    (trace,) = read_traces(project, "conv")
+    _check_conversation(trace)

@@ -44,9 +44,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_trackio import TrackioSettings, TrackioSpanExporter
-from otel_trackio._assembly import SampleAssembler
+from otel_trackio._assembly import PLACEHOLDER_ATTRIBUTE, SampleAssembler
 from otel_trackio._convert import sample_to_trace
-from otel_trackio._records import EventRecord, SpanRecord
+from otel_trackio._records import EventRecord, LogEventRecord, SpanRecord
 
 EXAMPLES = int(os.environ.get("OTEL_TRACKIO_FAULT_EXAMPLES", "60"))
 FUZZ = settings(
@@ -212,7 +212,12 @@ def _assemble(spans: list[SpanRecord], cuts: list[int], max_spans: int = 100_000
 
 
 def _check_every_span_once(spans: list[SpanRecord], samples: list, area: str) -> None:
-    seen = Counter(id(s) for sample in samples for s in sample.spans)
+    seen = Counter(
+        id(s)
+        for sample in samples
+        for s in sample.spans
+        if PLACEHOLDER_ATTRIBUTE not in s.attributes  # log events' stand-ins for absent spans
+    )
     missing = sum(1 for s in spans if seen[id(s)] == 0)
     repeated = sum(n - 1 for n in seen.values() if n > 1)
     tally.lost(area, missing)
@@ -234,6 +239,27 @@ def _convert_all(samples: list, area: str) -> None:
         # Trackio serialises with orjson and drops a key it cannot serialise: the whole list of
         # Traces logged under it would be lost.
         orjson.dumps(trace)
+
+
+@st.composite
+def log_events(draw: st.DrawFn, spans: list[SpanRecord]) -> list[LogEventRecord]:
+    """GenAI log events naming spans of the forest, spans that never come, or other traces."""
+    traces = sorted({s.trace_id for s in spans}) or [1]
+    known = [(s.trace_id, s.span_id) for s in spans]
+    out = []
+    for n in range(draw(st.integers(0, 12))):
+        trace_id, span_id = draw(
+            st.one_of(
+                st.sampled_from(known),
+                st.tuples(st.sampled_from(traces), st.integers(1, 2**64 - 1)),
+                st.tuples(st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1)),
+            )
+        )
+        name = draw(st.sampled_from(["gen_ai.user.message", "gen_ai.choice", "gen_ai.other"]))
+        content = {"n": n, "content": draw(values), "message": draw(values)}
+        event = EventRecord(name, draw(timestamps), content, from_log=True)
+        out.append(LogEventRecord(trace_id, span_id, event, sampled=draw(st.booleans())))
+    return out
 
 
 # -- span → Trace --------------------------------------------------------------------------------
@@ -451,3 +477,42 @@ def test_extreme_steps_end_to_end(step, project):
     tally.lost("end-to-end", 1 - samples)
     assert result.name == "SUCCESS"
     assert (samples, stored_spans) == (1, 1)
+
+
+@FUZZ
+@given(st.data(), span_forests(), st.integers(1, 40), st.sampled_from([0.0, 5.0]))
+def test_log_events_in_any_order_come_out_once_with_a_tiny_buffer(data, spans, max_spans, grace):
+    """Spans and GenAI log events interleaved at random, in random batches, a small buffer:
+    every span once, every sampled event exactly once (on its span or a placeholder), an
+    unsampled one at most once (else counted as dropped), and every sample converts."""
+    tally.tried("properties")
+    events = data.draw(log_events(spans))
+    items: list = [*spans, *events]
+    data.draw(st.randoms(use_true_random=False)).shuffle(items)
+    assembler = SampleAssembler(TrackioSettings(max_buffered_spans=max_spans), grace_seconds=grace)
+    samples = []
+    try:
+        batch: list = []
+        for item in [*items, None]:
+            if batch and (item is None or type(item) is not type(batch[0])):
+                is_events = isinstance(batch[0], LogEventRecord)
+                samples.extend(assembler.add_events(batch) if is_events else assembler.add(batch))
+                batch = []
+            if item is not None:
+                batch.append(item)
+        samples.extend(assembler.flush())
+    except Exception:
+        tally.crashed("properties")
+        raise
+    assert (assembler.buffered_spans, assembler.pending_events, assembler.open_traces) == (0, 0, 0)
+    _check_every_span_once(spans, samples, "properties")
+    out = Counter(id(e) for sample in samples for span in sample.spans for e in span.events)
+    sampled = [e.event for e in events if e.sampled]
+    lost = sum(1 for e in sampled if out[id(e)] == 0)
+    tally.lost("properties", lost)
+    assert lost == 0, f"{lost} log events never came out"
+    assert all(out[id(e.event)] <= 1 for e in events), "a log event came out twice"
+    unsampled_out = sum(1 for e in events if not e.sampled and out[id(e.event)])
+    unsampled = sum(1 for e in events if not e.sampled)
+    assert unsampled_out + assembler.unsampled_events_dropped == unsampled
+    _convert_all(samples, "properties")

@@ -68,22 +68,6 @@ WORKER = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def start_receiver(project):
-    """Start receivers on free ports; every one is stopped at the end of the test."""
-    started: list[OTLPReceiver] = []
-
-    def start(**kwargs) -> OTLPReceiver:
-        kwargs.setdefault("summary_interval", 0)
-        receiver = OTLPReceiver(project, kwargs.pop("name", "r"), port=0, **kwargs).start()
-        started.append(receiver)
-        return receiver
-
-    yield start
-    for receiver in started:
-        receiver.stop()
-
-
 def _status(response: requests.Response) -> status_pb2.Status:
     status = status_pb2.Status()
     if "json" in response.headers.get("content-type", ""):

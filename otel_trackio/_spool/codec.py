@@ -4,10 +4,12 @@ An entry is a kind byte and a pickled payload. Spans travel as plain tuples (no 
 in the producer: about 6 µs per span with the pickling, against ~15 µs for full records), with
 each resource's attributes sent once per entry.
 
-Kinds: :data:`SPANS` (a batch of spans, optionally with a route), :data:`METRICS` (a route and a
-serialised OTLP ``ExportMetricsServiceRequest``), :data:`FLUSH` (a flush request: everything
-before it must be durable in Trackio, open samples logged as partial), :data:`CLOSE` (the producer
-is done: drain and stop).
+Kinds: :data:`SPANS` (a batch of spans, optionally with a route), :data:`EVENTS` (GenAI log
+events, which join their spans), :data:`METRICS` (a route and a serialised OTLP
+``ExportMetricsServiceRequest``), :data:`FLUSH` (a flush request: everything before it must be
+durable in Trackio, open samples logged as partial), :data:`EXPECT_LOGS` (a log exporter feeds
+this spool: samples wait for their log events), :data:`CLOSE` (the producer is done: drain and
+stop).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from .._records import EventRecord, SpanRecord
+from .._records import EventRecord, LogEventRecord, SpanRecord
 
 SPANS = 1
+EVENTS = 2
 METRICS = 3
 FLUSH = 10
 CLOSE = 11
+EXPECT_LOGS = 12
 
 Route = tuple[str | None, str | None]
 """(``trackio.project``, ``trackio.run``) of a receiver request part; (None, None) in process."""
@@ -125,6 +129,17 @@ def decode_spans(payload: bytes) -> tuple[Route, list[SpanRecord]]:
             )
         )
     return route, records
+
+
+def encode_events(events: Sequence[LogEventRecord], route: Route = (None, None)) -> bytes:
+    """GenAI log events as one :data:`EVENTS` payload."""
+    return pickle.dumps((route, list(events)), _PROTOCOL)
+
+
+def decode_events(payload: bytes) -> tuple[Route, list[LogEventRecord]]:
+    """An :data:`EVENTS` payload back as (route, log events)."""
+    route, events = pickle.loads(payload)
+    return route, list(events)
 
 
 def encode_metrics(route: Route, request: bytes) -> bytes:

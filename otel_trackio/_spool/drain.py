@@ -166,6 +166,19 @@ class Drainer:
                 self._origin[id(record)] = entry.start
             self.stats.spans += len(records)
             target.spans.add(records)
+        elif entry.kind == codec.EVENTS:
+            route, events = codec.decode_events(entry.payload)
+            target = self._destination(route)
+            if target is None:
+                return
+            self._track(target.spans)
+            for event in events:
+                self._origin[id(event.event)] = entry.start
+            target.spans.add_events(events)
+        elif entry.kind == codec.EXPECT_LOGS:
+            target = self._destination((None, None))
+            if target is not None:
+                target.spans.expect_log_events()
         elif entry.kind == codec.METRICS:
             route, request = codec.decode_metrics(entry.payload)
             target = self._destination(route)
@@ -204,10 +217,10 @@ class Drainer:
         """The oldest entry holding a span that is only in memory (else where we are)."""
         open_ids: dict[int, Position] = {}
         for pipeline in self._pipelines:
-            for record in pipeline.buffered_records():
-                origin = self._origin.get(id(record))
+            for item in pipeline.buffered_items():
+                origin = self._origin.get(id(item))
                 if origin is not None:
-                    open_ids[id(record)] = origin
+                    open_ids[id(item)] = origin
         self._origin = open_ids
         return min(open_ids.values(), default=self.position)
 

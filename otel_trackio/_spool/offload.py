@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from .._open_samples import OPEN_SAMPLES
 from .._pipeline import ExportStats
+from .._records import LogEventRecord
 from .._trackio import TrackioSink, run_id, trackio_dir
 from ..settings import TrackioSettings
 from . import codec
@@ -88,9 +89,7 @@ class OffloadClient:
             run_folder / f"{_safe(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         )
         self.producer = Producer(self.path, int(settings.spool_max_mb * 1024 * 1024))
-        config = WriterConfig(
-            settings, sink.project, sink.run_name, os.getpid(), run_id(sink.run)
-        )
+        config = WriterConfig(settings, sink.project, sink.run_name, os.getpid(), run_id(sink.run))
         with open(self.path / CONFIG_FILE, "wb") as handle:
             pickle.dump(config, handle)
         self._lock = threading.Lock()
@@ -98,6 +97,7 @@ class OffloadClient:
         self._closing = False
         self._closed = False
         self._flushes = 0
+        self._expects_logs = False
         self._warned: set[str] = set()
         self.spans_spooled = 0
         self.spans_refused = 0
@@ -159,6 +159,32 @@ class OffloadClient:
             return False
         self.spans_spooled += len(spans)
         return True
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`shutdown` began: nothing more is taken."""
+        return self._closed
+
+    def add_events(self, events: Iterable[LogEventRecord], timeout_seconds: float = 30.0) -> bool:
+        """Append GenAI log events to the spool (the writer joins them to their samples)."""
+        batch = list(events)
+        if self._closed or not batch:
+            return not self._closed
+        self._ensure_writer()
+        try:
+            self.producer.append(codec.EVENTS, codec.encode_events(batch))
+        except (SpoolFull, OSError, RuntimeError) as exc:
+            self._warn("events", f"could not spool {len(batch)} GenAI log events: {exc!r}")
+            return False
+        return True
+
+    def expect_log_events(self) -> None:
+        """Tell the writer a log exporter feeds this spool: samples wait for their events."""
+        if self._expects_logs or self._closed:
+            return
+        self._expects_logs = True
+        with contextlib.suppress(SpoolFull, OSError, RuntimeError):
+            self.producer.append(codec.EXPECT_LOGS, b"")
 
     def force_flush(self, timeout_seconds: float) -> bool:
         """True once the writer has made everything spooled before this call durable."""

@@ -7,8 +7,9 @@ per field):
 - kind: ``gen_ai.operation.name`` (LiteLLM's call types such as ``acompletion`` included) >
   ``openinference.span.kind`` > ``traceloop.span.kind`` > ``llm.request.type`` > inferred
   (messages, usage or token ids present → generation);
-- messages (system, input and output each on their own): OTel JSON attributes > OTel events
-  (``...operation.details``, then per-message events, then ``gen_ai.content.*``) > OpenInference
+- messages (system, input and output each on their own): OTel JSON attributes > OTel span
+  events > OTel log events joined to the span (each: ``...operation.details``, then per-message
+  events, then ``gen_ai.content.*``) > OpenInference
   ``llm.*_messages`` > OpenLLMetry ``gen_ai.prompt/completion.N`` > a generation's
   ``input.value``/``output.value`` (a request/response body or text) > decoded token ids;
 - model: ``gen_ai.response.model`` > ``gen_ai.request.model`` > ``llm.model_name``; provider:
@@ -241,7 +242,12 @@ def _read_messages(span: SpanRecord, facts: SpanFacts) -> bool:
     attrs = span.attributes
     sources = [otel_genai.read_attributes(attrs, facts.consumed)]
     if span.events:
-        sources.append(otel_genai.read_events(span.events, facts.consumed_events))
+        # The span's own events, then the log events joined to it (the assembler keeps them last).
+        own = sum(1 for e in span.events if not e.from_log)
+        events = span.events
+        sources.append(otel_genai.read_events(events[:own], facts.consumed_events))
+        if own < len(events):
+            sources.append(otel_genai.read_events(events[own:], facts.consumed_events, own))
     if any(key.startswith(_FLAT_PREFIXES) for key in attrs):  # one cheap pass for both readers
         sources.append(openinference.read(attrs, facts.consumed))
         sources.append(openllmetry.read(attrs, facts.consumed))

@@ -64,8 +64,11 @@ def read_attributes(attrs: Mapping[str, Any], consumed: set[str]) -> MessageForm
     return MessageForms(system, inputs, outputs)
 
 
-def read_events(events: Sequence[EventRecord], consumed_events: set[int]) -> MessageForms:
-    """System, input and output messages from the event forms; the events used are marked."""
+def read_events(
+    events: Sequence[EventRecord], consumed_events: set[int], offset: int = 0
+) -> MessageForms:
+    """System, input and output messages from the event forms; the events used are marked (by
+    index in ``events`` plus ``offset``)."""
     system: Messages = []
     inputs: Messages | None = None
     outputs: Messages | None = None
@@ -74,7 +77,7 @@ def read_events(events: Sequence[EventRecord], consumed_events: set[int]) -> Mes
             continue
         found = read_attributes(event.attributes, set())
         if found.system or found.inputs is not None or found.outputs is not None:
-            consumed_events.add(index)
+            consumed_events.add(offset + index)
             system = system or found.system
             inputs = inputs if inputs is not None else found.inputs
             outputs = outputs if outputs is not None else found.outputs
@@ -85,18 +88,18 @@ def read_events(events: Sequence[EventRecord], consumed_events: set[int]) -> Mes
     for index, event in enumerate(events):
         attrs = event.attributes
         if event.name in MESSAGE_EVENTS:
-            consumed_events.add(index)
+            consumed_events.add(offset + index)
             message = dict(attrs)
             message.setdefault("role", MESSAGE_EVENTS[event.name])
             per_message.extend(normalize_turns(message, MESSAGE_EVENTS[event.name]))
         elif event.name == "gen_ai.choice":
-            consumed_events.add(index)
+            consumed_events.add(offset + index)
             choices.append(_choice(attrs))
         elif event.name == "gen_ai.content.prompt" and "gen_ai.prompt" in attrs:
-            consumed_events.add(index)
+            consumed_events.add(offset + index)
             inputs = normalize_messages(attrs["gen_ai.prompt"], "user")
         elif event.name == "gen_ai.content.completion" and "gen_ai.completion" in attrs:
-            consumed_events.add(index)
+            consumed_events.add(offset + index)
             outputs = normalize_messages(attrs["gen_ai.completion"], "assistant")
     if per_message:
         system = [m for m in per_message if m["role"] == "system"]

@@ -1,4 +1,5 @@
-"""OTLP/HTTP bodies in, span records and SDK ``MetricsData`` out: pure, no I/O, no trackio.
+"""OTLP/HTTP bodies in, span records, GenAI log event records and SDK ``MetricsData`` out: pure,
+no I/O, no trackio.
 
 Decoding uses the official ``opentelemetry-proto`` messages (``google.protobuf`` does the wire
 format and, for JSON bodies, ``json_format``). OTLP JSON differs from protobuf's canonical JSON in
@@ -21,9 +22,11 @@ from typing import Any, Literal, TypeVar
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from google.rpc import status_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.logs.v1 import logs_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.sdk.metrics.export import (
@@ -44,7 +47,7 @@ from opentelemetry.sdk.metrics.export import Buckets as _Buckets
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from .._records import EventRecord, SpanRecord
+from .._records import EventRecord, LogEventRecord, SpanRecord, log_event_record
 
 Encoding = Literal["protobuf", "json"]
 # (trackio.project, trackio.run) resource attributes of a request part; None when absent.
@@ -65,6 +68,7 @@ _STATUS = {0: "unset", 1: "ok", 2: "error"}
 _HAS_IS_REMOTE = trace_pb2.SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = trace_pb2.SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 _NO_RECORDED_VALUE = metrics_pb2.DataPointFlags.DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK
+_TRACE_FLAGS = logs_pb2.LogRecordFlags.LOG_RECORD_FLAGS_TRACE_FLAGS_MASK
 
 
 class RequestError(ValueError):
@@ -314,6 +318,72 @@ def trace_response(rejected: int, message: str) -> trace_service_pb2.ExportTrace
     response = trace_service_pb2.ExportTraceServiceResponse()
     if rejected or message:
         response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    return response
+
+
+# -- logs --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DecodedLogs:
+    """GenAI log event records by route; how many other records were acknowledged and left out
+    (by :data:`~otel_trackio._records.LogSkip` reason); what was rejected (with why)."""
+
+    by_route: dict[Route, list[LogEventRecord]] = field(default_factory=dict)
+    accepted: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def decode_logs(request: logs_service_pb2.ExportLogsServiceRequest) -> DecodedLogs:
+    """Turn an ``ExportLogsServiceRequest`` into :class:`LogEventRecord` lists, one per route.
+
+    Only GenAI events (``gen_ai.*`` event names) become records; the other log records are
+    counted in ``skipped``. Records with malformed ids are rejected.
+    """
+    out = DecodedLogs()
+    bad_ids = 0
+    for resource_logs in request.resource_logs:
+        resource = attributes(resource_logs.resource.attributes)
+        route = route_of(resource)
+        for scope_logs in resource_logs.scope_logs:
+            scope = scope_logs.scope.name or None
+            for log in scope_logs.log_records:
+                if len(log.trace_id) not in (0, 16) or len(log.span_id) not in (0, 8):
+                    bad_ids += 1
+                    continue
+                record = log_event_record(
+                    event_name=getattr(log, "event_name", None),
+                    body=any_value(log.body) if log.HasField("body") else None,
+                    attributes=attributes(log.attributes),
+                    time_ns=log.time_unix_nano or log.observed_time_unix_nano,
+                    trace_id=int.from_bytes(log.trace_id, "big"),
+                    span_id=int.from_bytes(log.span_id, "big"),
+                    trace_flags=log.flags & _TRACE_FLAGS,
+                    resource=resource,
+                    scope=scope,
+                )
+                out.accepted += 1
+                if isinstance(record, LogEventRecord):
+                    out.by_route.setdefault(route, []).append(record)
+                else:
+                    out.skipped[record] = out.skipped.get(record, 0) + 1
+    if bad_ids:
+        out.rejected += bad_ids
+        out.problems.append(
+            f"{bad_ids} log records rejected: trace_id must be empty or 16 bytes, span_id empty "
+            "or 8 bytes"
+        )
+    return out
+
+
+def logs_response(rejected: int, message: str) -> logs_service_pb2.ExportLogsServiceResponse:
+    """An ``ExportLogsServiceResponse``; ``partial_success`` only when there is news."""
+    response = logs_service_pb2.ExportLogsServiceResponse()
+    if rejected or message:
+        response.partial_success.rejected_log_records = rejected
         response.partial_success.error_message = message
     return response
 

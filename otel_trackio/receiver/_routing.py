@@ -1,12 +1,12 @@
 """Routing OTLP data through the spool into the same pipeline the in-process exporters use.
 
-A request's spans and metrics are validated and decoded by the HTTP layer, then *appended to the
-receiver's spool* and answered at once; a drain thread feeds the spool into one span
-:class:`~otel_trackio._pipeline.TracePipeline` + :class:`TrackioMetricExporter` pair per
-(project, run), created lazily (both share one Trackio run). So a client never waits for Trackio,
-and when the spool is at its bound the request is refused with 503 and ``Retry-After`` (OTLP
-exporters retry) instead of data being dropped. What is not drained at shutdown stays in the spool
-and the next start with the same spool finishes it.
+A request's spans, GenAI log events and metrics are validated and decoded by the HTTP layer, then
+*appended to the receiver's spool* and answered at once; a drain thread feeds the spool into one
+span :class:`~otel_trackio._pipeline.TracePipeline` (where log events join their spans) +
+:class:`TrackioMetricExporter` pair per (project, run), created lazily (both share one Trackio
+run). So a client never waits for Trackio, and when the spool is at its bound the request is
+refused with 503 and ``Retry-After`` (OTLP exporters retry) instead of data being dropped. What is
+not drained at shutdown stays in the spool and the next start with the same spool finishes it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,14 @@ from .._spool.segments import Producer, SpoolFull
 from .._trackio import TrackioSink
 from ..metric_exporter import TrackioMetricExporter
 from ..settings import TrackioSettings, split_options
-from ._decode import DecodedMetrics, DecodedSpans, Route, decode_metrics, split_metrics
+from ._decode import (
+    DecodedLogs,
+    DecodedMetrics,
+    DecodedSpans,
+    Route,
+    decode_metrics,
+    split_metrics,
+)
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
@@ -73,6 +80,8 @@ class ReceiverStats:
     requests: int = 0
     spans_received: int = 0
     points_received: int = 0
+    log_records_received: int = 0
+    log_events_received: int = 0
     rejected_items: int = 0
     rejected_requests: int = 0
     refused_busy: int = 0
@@ -273,6 +282,19 @@ class Router:
         self._count(spans=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
+    def export_logs(self, decoded: DecodedLogs) -> Outcome:
+        """Spool each route's GenAI log events (the drain thread joins them to their samples);
+        other log records are only counted."""
+        outcome = Outcome(decoded.rejected, list(decoded.problems))
+        events = 0
+        for target, records in decoded.by_route.items():
+            key = self._resolve(target, len(records), outcome)
+            if key is not None:
+                events += len(records)
+                self._append(codec.EVENTS, codec.encode_events(records, key))
+        self._count(logs=decoded.accepted, events=events, rejected=outcome.rejected)
+        return outcome
+
     def export_metrics(
         self, decoded: DecodedMetrics, request: metrics_service_pb2.ExportMetricsServiceRequest
     ) -> Outcome:
@@ -302,11 +324,15 @@ class Router:
             self.stats.requests += 1
             self.stats.rejected_requests += 1
 
-    def _count(self, spans: int = 0, points: int = 0, rejected: int = 0) -> None:
+    def _count(
+        self, spans: int = 0, points: int = 0, logs: int = 0, events: int = 0, rejected: int = 0
+    ) -> None:
         with self._stats_lock:
             self.stats.requests += 1
             self.stats.spans_received += spans
             self.stats.points_received += points
+            self.stats.log_records_received += logs
+            self.stats.log_events_received += events
             self.stats.rejected_items += rejected
 
     # -- housekeeping ----------------------------------------------------------------------
@@ -335,6 +361,9 @@ class Router:
         return {
             "spans": stats.spans_received,
             "points": stats.points_received,
+            "log_records": stats.log_records_received,
+            "log_events": stats.log_events_received,
+            "log_events_unsampled": sum(p.spans.assembler.unsampled_events_dropped for p in routes),
             "samples": sum(p.spans.stats.samples_logged for p in routes),
             "partial": sum(p.spans.stats.partial_samples for p in routes),
             "waiting": sum(p.spans.assembler.held_samples for p in routes),
@@ -413,6 +442,7 @@ class Summary:
         return (
             f"otel-trackio: {rate:.1f} spans/s, {totals['samples']} samples logged "
             f"({totals['partial']} partial, {totals['waiting']} in their grace period), "
+            f"{totals['log_events']} GenAI log events of {totals['log_records']} log records, "
             f"{totals['metrics']} metrics logged, "
             f"{totals['rejected']} rejected, {totals['runs']} run(s){backlog}{busy}"
         )

@@ -1,4 +1,4 @@
-"""The ASGI app: ``POST /v1/traces`` and ``POST /v1/metrics`` as OTLP/HTTP says.
+"""The ASGI app: ``POST /v1/traces``, ``/v1/metrics`` and ``/v1/logs`` as OTLP/HTTP says.
 
 The event loop only reads bodies and writes responses; decompressing, decoding and every Trackio
 call run in Starlette's thread pool (``run_in_threadpool``).
@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from starlette.applications import Starlette
@@ -22,12 +24,15 @@ from starlette.routing import Route
 
 from ._decode import (
     Encoding,
+    M,
     RequestError,
+    decode_logs,
     decode_metrics,
     decode_traces,
     decompress,
     encode_message,
     encoding_of,
+    logs_response,
     metrics_response,
     parse_request,
     status_body,
@@ -54,7 +59,7 @@ def create_app(
     """An OTLP/HTTP receiver app feeding ``router``.
 
     Args:
-        router: where decoded spans and metrics go.
+        router: where decoded spans, GenAI log events and metrics go.
         token: when set, requests need ``Authorization: Bearer <token>`` (else 401).
         max_body_bytes: limit for the body and, separately, for the decompressed body (413).
         on_shutdown: called (in a worker thread) when the ASGI server stops the app; by default
@@ -90,27 +95,38 @@ def create_app(
             return _error(500, f"internal error: {exc!r}", encoding)
         return Response(encode_message(message, encoding), media_type=_MEDIA_TYPES[encoding])
 
-    def process_traces(
-        body: bytes, content_encoding: str | None, encoding: Encoding
-    ) -> trace_service_pb2.ExportTraceServiceResponse:
-        data = decompress(body, content_encoding, max_body_bytes)
-        request = parse_request(data, encoding, trace_service_pb2.ExportTraceServiceRequest)
-        outcome: Outcome = router.export_spans(decode_traces(request))
-        return trace_response(outcome.rejected, outcome.message)
+    def endpoint(
+        message_type: type[M],
+        export: Callable[[M], Outcome],
+        respond: Callable[[int, str], Message],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """One OTLP signal: body → decompressed → parsed → exported → its response message."""
 
-    def process_metrics(
-        body: bytes, content_encoding: str | None, encoding: Encoding
-    ) -> metrics_service_pb2.ExportMetricsServiceResponse:
-        data = decompress(body, content_encoding, max_body_bytes)
-        request = parse_request(data, encoding, metrics_service_pb2.ExportMetricsServiceRequest)
-        outcome = router.export_metrics(decode_metrics(request), request)
-        return metrics_response(outcome.rejected, outcome.message)
+        def process(body: bytes, content_encoding: str | None, encoding: Encoding) -> Message:
+            data = decompress(body, content_encoding, max_body_bytes)
+            outcome = export(parse_request(data, encoding, message_type))
+            return respond(outcome.rejected, outcome.message)
 
-    async def traces(request: Request) -> Response:
-        return await handle(request, process_traces)
+        async def receive(request: Request) -> Response:
+            return await handle(request, process)
 
-    async def metrics(request: Request) -> Response:
-        return await handle(request, process_metrics)
+        return receive
+
+    traces = endpoint(
+        trace_service_pb2.ExportTraceServiceRequest,
+        lambda request: router.export_spans(decode_traces(request)),
+        trace_response,
+    )
+    metrics = endpoint(
+        metrics_service_pb2.ExportMetricsServiceRequest,
+        lambda request: router.export_metrics(decode_metrics(request), request),
+        metrics_response,
+    )
+    logs = endpoint(
+        logs_service_pb2.ExportLogsServiceRequest,
+        lambda request: router.export_logs(decode_logs(request)),
+        logs_response,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -123,6 +139,7 @@ def create_app(
         routes=[
             Route("/v1/traces", traces, methods=["POST"]),
             Route("/v1/metrics", metrics, methods=["POST"]),
+            Route("/v1/logs", logs, methods=["POST"]),
         ],
         lifespan=lifespan,
     )

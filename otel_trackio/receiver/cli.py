@@ -21,8 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
-        help="receive OTLP/HTTP traces and metrics and log them into one Trackio run",
-        description="Receive OTLP/HTTP (POST /v1/traces, /v1/metrics; protobuf or JSON, gzip or "
+        help="receive OTLP/HTTP traces, metrics and logs and log them into one Trackio run",
+        description="Receive OTLP/HTTP (POST /v1/traces, /v1/metrics, /v1/logs: GenAI log events "
+        "join their samples; protobuf or JSON, gzip or "
         "deflate) from any number of processes and log it into one Trackio run. A request "
         "whose resource carries trackio.project / trackio.run goes to that project/run.",
     )

@@ -216,7 +216,8 @@ class OTLPReceiver:
         auth = ", bearer token required" if self.token else ""
         self._report(
             f"otel-trackio serve: listening on {self.url} (OTLP/HTTP POST /v1/traces, "
-            f"/v1/metrics{auth}) -> Trackio project {self.project!r}, run {self.run_name!r}"
+            f"/v1/metrics, /v1/logs{auth})"
+            f" -> Trackio project {self.project!r}, run {self.run_name!r}"
         )
         if self.summary_interval > 0 and self._summary_thread is None:
             self._summary_thread = threading.Thread(
