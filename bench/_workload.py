@@ -210,6 +210,60 @@ def write_result(figure: str, measured: str, target: str, met: bool | None) -> N
         fh.write(json.dumps(row) + "\n")
 
 
+class Receiver:
+    """``otel-trackio serve`` in its own process (own GIL), on a free loopback port."""
+
+    def __init__(self, project: str, *args: str, name: str = "r") -> None:
+        import socket
+        import subprocess
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.project = project
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "otel_trackio",
+                "serve",
+                "--project",
+                project,
+                "--name",
+                name,
+                "--port",
+                str(self.port),
+                "--summary-seconds",
+                "0",
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.output: list[str] = []
+        import threading
+
+        threading.Thread(
+            target=lambda: self.output.extend(self.process.stdout or ()), daemon=True
+        ).start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError("otel-trackio serve did not start")
+
+    def stop(self, timeout: float = 1200) -> None:
+        """SIGTERM: it drains its spool (up to its --drain-seconds) and finishes the run."""
+        import signal
+
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=timeout)
+
+
 def cleanup() -> None:
     """Remove the temp Trackio folder."""
     shutil.rmtree(TRACKIO_DIR, ignore_errors=True)

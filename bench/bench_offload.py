@@ -25,10 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -44,46 +41,7 @@ from otel_trackio import TrackioSpanExporter
 ARMS = ("noop", "in-process", "offload", "otlp")
 
 
-class Receiver:
-    """``otel-trackio serve`` in its own process."""
-
-    def __init__(self, project: str) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.project = project
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "otel_trackio",
-                "serve",
-                "--project",
-                project,
-                "--name",
-                "r",
-                "--port",
-                str(self.port),
-                "--summary-seconds",
-                "0",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError("otel-trackio serve did not start")
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=600)
-
-
-def make(arm: str, project: str, name: str, receiver: Receiver | None) -> object:
+def make(arm: str, project: str, name: str, receiver: w.Receiver | None) -> object:
     if arm == "noop":
         return w.NoOpSpanExporter()
     if arm == "otlp":
@@ -95,7 +53,7 @@ def make(arm: str, project: str, name: str, receiver: Receiver | None) -> object
         return TrackioSpanExporter(project, name, offload=arm == "offload")
 
 
-def run(arm: str, samples: int, latency: float, receiver: Receiver | None) -> dict[str, float]:
+def run(arm: str, samples: int, latency: float, receiver: w.Receiver | None) -> dict[str, float]:
     """One arm: rollout wall and CPU seconds, shutdown seconds, samples stored."""
     project = receiver.project if arm == "otlp" and receiver else "bench-offload"
     name = "r" if arm == "otlp" else uuid.uuid4().hex[:8]
@@ -124,7 +82,7 @@ def run(arm: str, samples: int, latency: float, receiver: Receiver | None) -> di
 
 
 def best_runs(
-    samples: int, latency: float, receiver: Receiver | None, rounds: int
+    samples: int, latency: float, receiver: w.Receiver | None, rounds: int
 ) -> dict[str, dict[str, float]]:
     """Each arm's best round (least rollout wall time), arms alternating; stored counts add up."""
     best: dict[str, dict[str, float]] = {}
@@ -178,7 +136,7 @@ async def _async_rollout(
     return lags
 
 
-def loop_lag(arm: str, samples: int, latency: float, receiver: Receiver | None) -> float:
+def loop_lag(arm: str, samples: int, latency: float, receiver: w.Receiver | None) -> float:
     """Event-loop lag p99 (ms) while 256 concurrent samples run and the arm exports them."""
     exporter = make(arm, "bench-offload-async", uuid.uuid4().hex[:8], receiver)
     if isinstance(exporter, TrackioSpanExporter) and exporter.offloaded is not None:
@@ -192,7 +150,7 @@ def loop_lag(arm: str, samples: int, latency: float, receiver: Receiver | None) 
 
 
 def best_lag(
-    samples: int, latency: float, receiver: Receiver | None, rounds: int
+    samples: int, latency: float, receiver: w.Receiver | None, rounds: int
 ) -> dict[str, float]:
     """Each arm's best p99 over ``rounds`` rounds, arms alternating."""
     best = {arm: float("inf") for arm in ARMS}
@@ -211,7 +169,7 @@ def main() -> None:
     args = parser.parse_args()
     spans = args.samples * w.SPANS_PER_SAMPLE
     latency = args.latency_ms / 1000
-    receiver = Receiver(f"bench-offload-otlp-{uuid.uuid4().hex[:6]}")
+    receiver = w.Receiver(f"bench-offload-otlp-{uuid.uuid4().hex[:6]}")
     try:
         run("in-process", 100, 0.0, receiver)  # warm imports and caches
         run("offload", 100, 0.0, receiver)

@@ -24,11 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -42,42 +38,8 @@ from otel_trackio import TrackioSpanExporter
 TARGET = 1.10
 
 
-class Receiver:
-    """``otel-trackio serve`` in its own process (own GIL), for the out-of-process arm."""
-
-    def __init__(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "otel_trackio",
-                "serve",
-                "--project",
-                "bench-rollout-otlp",
-                "--port",
-                str(self.port),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError("otel-trackio serve did not start")
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=120)
-
-
 def run_arm(
-    samples: int, trackio: bool, latency: float, receiver: Receiver | None = None
+    samples: int, trackio: bool, latency: float, receiver: w.Receiver | None = None
 ) -> tuple[float, float, int]:
     """(rollout seconds, drain seconds at shutdown, spans the exporter received)."""
     if receiver is not None:
@@ -107,7 +69,7 @@ def run_arm(
 
 
 def measure(
-    samples: int, rounds: int, latency: float, label: str, receiver: Receiver | None = None
+    samples: int, rounds: int, latency: float, label: str, receiver: w.Receiver | None = None
 ) -> tuple[float, int]:
     """The best-round ratio Trackio/no-op, and the most spans either arm lost.
 
@@ -149,7 +111,7 @@ def main() -> None:
     storm, storm_lost = measure(args.samples, args.rounds, 0.0, "span storm")
     latency = args.latency_ms / 1000
     paced, paced_lost = measure(args.samples, args.rounds, latency, "with model latency")
-    receiver = Receiver()
+    receiver = w.Receiver("bench-rollout-otlp")
     try:
         remote, remote_lost = measure(
             args.samples, args.rounds, latency, "OTLP to otel-trackio serve", receiver

@@ -30,6 +30,8 @@ def plan(full: bool) -> list[tuple[str, list[str]]]:
         ("bench_receiver.py", ["--samples", samples if full else "1000"]),
         ("bench_memory.py", ["--spans", "1000000" if full else "100000"]),
         ("bench_metrics.py", ["--exports", "50" if full else "20"]),
+        ("bench_offload.py", ["--samples", samples, "--async-samples", "2000", "--rounds", "3"]),
+        ("bench_soak.py", ["--workers", "4", "--seconds", "180" if full else "60"]),
     ]
 
 

@@ -28,6 +28,7 @@ from ._records import LogEventRecord, SpanRecord
 from ._samples import Sample
 from ._trackio import TrackioSink
 from ._values import as_float
+from ._warnings import Warnings
 from .settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
@@ -104,7 +105,7 @@ class TracePipeline:
         self._wake = threading.Event()
         # While a spool drainer replays entries after a crash: samples already in Trackio.
         self.already_stored: Callable[[Sample], bool] | None = None
-        self._warned: set[str] = set()
+        self._warn = Warnings()
         # Samples logged since storage was last written (lost if that write fails).
         self._unwritten = 0
 
@@ -402,13 +403,6 @@ class TracePipeline:
             f"({self.stats.samples_logged} logged by this exporter)",
         )
         return False
-
-    def _warn(self, kind: str, message: str) -> None:
-        if kind in self._warned:
-            _logger.debug("otel-trackio: %s", message)
-            return
-        self._warned.add(kind)
-        _logger.warning("otel-trackio: %s", message)
 
     def buffered_items(self) -> list[object]:
         """Every span record and GenAI event record waiting here: spans buffered for a root

@@ -29,6 +29,7 @@ except ImportError:  # opentelemetry-sdk before 1.39 named them LogExporter, Log
 from ._pipeline import LOG_GRACE_SECONDS, EventIntake, TracePipeline, find_intake, grace_seconds
 from ._records import LogEventRecord, record_from_readable_log
 from ._trackio import TrackioSink
+from ._warnings import Warnings
 from .settings import TrackioSettings, settings_for
 from .span_exporter import TrackioSpanExporter
 
@@ -91,7 +92,7 @@ class TrackioLogExporter(LogRecordExporter):
         self._closed = False
         self._fixed = span_exporter is not None
         self._own: TracePipeline | None = None
-        self._warned: set[str] = set()
+        self._warn = Warnings()
         self._pipeline: EventIntake | None
         if span_exporter is not None:
             self.settings = span_exporter.settings
@@ -186,8 +187,3 @@ class TrackioLogExporter(LogRecordExporter):
             )
         else:
             self.stats.not_genai += 1
-
-    def _warn(self, kind: str, message: str) -> None:
-        if kind not in self._warned:
-            self._warned.add(kind)
-            _logger.warning("otel-trackio: %s", message)

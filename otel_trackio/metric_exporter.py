@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,7 @@ from opentelemetry.sdk.metrics.view import Aggregation
 from . import _steps, _trackio
 from ._metric_convert import Distribution, MetricConverter
 from ._trackio import RunLike, TrackioSink
+from ._warnings import Warnings
 from .settings import TrackioSettings, settings_for
 
 _logger = logging.getLogger("otel_trackio")
@@ -132,7 +132,7 @@ class TrackioMetricExporter(MetricExporter):
         self._others_log = False
         # Our own step clock, for a Trackio that does not expose the run's.
         self._own_next_step = 0
-        self._last_warning: dict[str, float] = {}
+        self._warn = Warnings(every_seconds=_WARN_INTERVAL_SECONDS)
         self.stats = MetricExportStats()
 
     @property
@@ -271,12 +271,3 @@ class TrackioMetricExporter(MetricExporter):
         if self._others_log:
             return max(clock - 1, 0)  # join their latest step; never shift their steps
         return clock  # only this exporter logs to the run: advance it
-
-    def _warn(self, kind: str, message: str) -> None:
-        now = time.monotonic()
-        last = self._last_warning.get(kind)
-        if last is not None and now - last < _WARN_INTERVAL_SECONDS:
-            _logger.debug("otel-trackio: %s", message)
-            return
-        self._last_warning[kind] = now
-        _logger.warning("otel-trackio: %s", message)

@@ -427,3 +427,55 @@ def test_drain_command_logs_a_leftover_spool_without_serving(project, trackio_di
     assert sorted(t["metadata"]["sample_index"] for t in read_traces(project, "restart")) == list(
         range(50)
     )
+
+
+# -- GenAI log events through the spool ----------------------------------------------------------
+
+
+def test_offloaded_log_events_join_their_samples_in_either_order_and_survive_a_writer_crash(
+    project,
+):
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+
+    from otel_trackio import TrackioLogExporter
+
+    spans = TrackioSpanExporter(project, "events", offload=True)
+    logs = TrackioLogExporter(spans)  # the writer holds samples for their log events
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = tracer_provider.get_tracer("t")
+    recorded = InMemoryLogRecordExporter()
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(recorded))
+    logger = logger_provider.get_logger("genai")
+
+    def sample(index: int, events_first: bool) -> None:
+        with tracer.start_as_current_span("rollout", attributes={"step": 1, "sample_index": index}):
+            with tracer.start_as_current_span(
+                "chat m", attributes={"gen_ai.operation.name": "chat"}
+            ):
+                logger.emit(
+                    LogRecord(event_name="gen_ai.user.message", body={"content": f"q{index}"})
+                )
+                if events_first:  # the log processor exports before the span ends
+                    logs.export(recorded.get_finished_logs())
+                    recorded.clear()
+        if not events_first:  # ... or after the whole sample went out
+            logs.export(recorded.get_finished_logs())
+            recorded.clear()
+
+    for index in range(10):
+        sample(index, events_first=index % 2 == 0)
+        if index == 4:  # the writer dies with samples held and events in flight
+            os.kill(spans.offloaded.writer_pid, signal.SIGKILL)
+    assert spans.force_flush(60_000)
+    logs.shutdown()
+    tracer_provider.shutdown()
+    traces = read_traces(project, "events")
+    assert sorted(t["metadata"]["sample_index"] for t in traces) == list(range(10))
+    for trace in traces:
+        assert not trace["metadata"].get("partial"), trace["metadata"]
+        index = trace["metadata"]["sample_index"]
+        assert trace["messages"] == [{"role": "user", "content": f"q{index}"}]

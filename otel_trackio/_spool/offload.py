@@ -37,9 +37,10 @@ from .._open_samples import OPEN_SAMPLES
 from .._pipeline import ExportStats
 from .._records import LogEventRecord
 from .._trackio import TrackioSink, run_id, trackio_dir
+from .._warnings import Warnings
 from ..settings import TrackioSettings
 from . import codec
-from .segments import Producer, SpoolFull, load_checkpoint
+from .segments import Position, Producer, SpoolFull, bytes_from, load_checkpoint
 from .writer import CONFIG_FILE, WriterConfig
 
 _logger = logging.getLogger("otel_trackio")
@@ -98,7 +99,7 @@ class OffloadClient:
         self._closed = False
         self._flushes = 0
         self._expects_logs = False
-        self._warned: set[str] = set()
+        self._warn = Warnings()
         self.spans_spooled = 0
         self.spans_refused = 0
         self.writer_starts = 0
@@ -216,7 +217,7 @@ class OffloadClient:
         self._closing = True
         process = self._process
         if not drained and process is not None and process.poll() is None:
-            left, _ = self.backlog()
+            left = self.backlog()
             self._warn(
                 "shutdown",
                 f"shutdown timed out; {left} bytes stay spooled in {self.path} for the next "
@@ -264,19 +265,7 @@ class OffloadClient:
             already_stored=int(seen.get("already_stored", 0)),
         )
 
-    def backlog(self) -> tuple[int, int]:
-        """(bytes appended but not handed to the pipeline yet, entries appended in all)."""
+    def backlog(self) -> int:
+        """Bytes appended but not handed to the writer's pipeline yet."""
         checkpoint = load_checkpoint(self.path)
-        from .segments import Reader, spool_bytes
-
-        if checkpoint is None:
-            return spool_bytes(self.path), self.producer.appended_entries
-        waiting, _ = Reader(self.path).backlog(checkpoint.processed)
-        return waiting, self.producer.appended_entries
-
-    def _warn(self, kind: str, message: str) -> None:
-        if kind in self._warned:
-            _logger.debug("otel-trackio: %s", message)
-            return
-        self._warned.add(kind)
-        _logger.warning("otel-trackio: %s", message)
+        return bytes_from(self.path, checkpoint.processed if checkpoint else Position(0, 0))

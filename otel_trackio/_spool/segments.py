@@ -118,13 +118,16 @@ def segments(spool: Path) -> list[int]:
     return sorted(out)
 
 
-def spool_bytes(spool: Path) -> int:
-    """Bytes the segments take on disk."""
+def bytes_from(spool: Path, position: Position) -> int:
+    """Bytes of the entries from ``position`` on (``Position(0, 0)``: all the segments)."""
     total = 0
     for seq in segments(spool):
+        if seq < position.seq:
+            continue
         with contextlib.suppress(FileNotFoundError):
-            total += segment_path(spool, seq).stat().st_size
-    return total
+            size = segment_path(spool, seq).stat().st_size
+            total += size - (position.offset if seq == position.seq else 0)
+    return max(0, total)
 
 
 class Lock:
@@ -229,15 +232,7 @@ class Producer:
     def _needed_bytes(self) -> int:
         """Bytes of the entries the drainer still needs (from its checkpoint's oldest on)."""
         checkpoint = load_checkpoint(self.path)
-        start = checkpoint.oldest if checkpoint is not None else Position(0, 0)
-        total = 0
-        for seq in segments(self.path):
-            if seq < start.seq:
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                size = segment_path(self.path, seq).stat().st_size
-                total += size - (start.offset if seq == start.seq else 0)
-        return max(0, total)
+        return bytes_from(self.path, checkpoint.oldest if checkpoint else Position(0, 0))
 
     def _rotate(self) -> None:
         self._file.close()
@@ -353,13 +348,7 @@ class Reader:
 
     def backlog(self, position: Position) -> tuple[int, int | None]:
         """(bytes of entries from ``position`` on, append time in ns of the entry there)."""
-        waiting = 0
-        for seq in segments(self.path):
-            if seq < position.seq:
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                size = segment_path(self.path, seq).stat().st_size
-                waiting += size - (position.offset if seq == position.seq else 0)
+        waiting = bytes_from(self.path, position)
         first = self._present(position)
         appended = None
         if first is not None:
@@ -369,7 +358,7 @@ class Reader:
                     header = handle.read(HEADER.size)
                     if len(header) == HEADER.size:
                         appended = HEADER.unpack(header)[5]
-        return max(0, waiting), appended
+        return waiting, appended
 
 
 def load_checkpoint(path: Path) -> Checkpoint | None:
