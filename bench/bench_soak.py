@@ -33,7 +33,7 @@ import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
 WORKER = textwrap.dedent(
     """
     import json, sys, time
-    sys.path.insert(0, sys.argv[4])
+    sys.path.insert(0, sys.argv[5])
     import _workload as w
     from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -41,28 +41,35 @@ WORKER = textwrap.dedent(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    url, worker, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    latencies = []
+    url, worker = sys.argv[1], int(sys.argv[2])
+    seconds, rate = float(sys.argv[3]), float(sys.argv[4])
+    latencies, exported = [], [0]
 
     class Timed(OTLPSpanExporter):
         def export(self, spans):
             t0 = time.perf_counter()
-            try:
-                return super().export(spans)
-            finally:
-                latencies.append(time.perf_counter() - t0)
+            result = super().export(spans)
+            latencies.append(time.perf_counter() - t0)
+            if result.name == "SUCCESS":
+                exported[0] += sum(1 for s in spans if s.parent is None)  # samples delivered
+            return result
 
     provider = TracerProvider(resource=Resource.create({"service.name": f"soak-{worker}"}))
-    provider.add_span_processor(
-        BatchSpanProcessor(Timed(endpoint=url + "/v1/traces", compression=Compression.Gzip))
+    # A queue deep enough for a burst: a drop here would be the client's, not the receiver's.
+    processor = BatchSpanProcessor(
+        Timed(endpoint=url + "/v1/traces", compression=Compression.Gzip), max_queue_size=65536
     )
+    provider.add_span_processor(processor)
     tracer = provider.get_tracer("soak")
-    sent, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    sent, start = 0, time.monotonic()
+    while time.monotonic() - start < seconds:
         w.emit_sample(tracer, worker * 10_000_000 + sent, sent // w.SAMPLES_PER_STEP)
         sent += 1
-    provider.shutdown()
-    print(json.dumps({"sent": sent, "latencies": latencies}))
+        ahead = sent / rate - (time.monotonic() - start)
+        if ahead > 0:
+            time.sleep(ahead)  # a rollout at a steady pace, not a span storm
+    provider.shutdown()  # the SDK's own 30 s to send what is queued; the rest is lost
+    print(json.dumps({"sent": sent, "exported": exported[0], "latencies": latencies}))
     """
 )
 
@@ -89,12 +96,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument(
+        "--spans-per-second", type=float, default=3000, help="offered by all workers together"
+    )
     args = parser.parse_args()
     project = f"bench-soak-{uuid.uuid4().hex[:6]}"
     spool = Path(w.TRACKIO_DIR) / "soak-spool"
     spool_args = ("--spool", str(spool), "--drain-seconds", "900")
     server = w.Receiver(project, *spool_args, name="soak")
-    receiver, port = server.process, server.port
+    receiver = server.process
     samples: list[tuple[float, float, float]] = []  # (t, receiver RSS MB, spool MB)
     started = time.monotonic()
     stop_sampling = threading.Event()
@@ -114,9 +124,10 @@ def main() -> None:
                 sys.executable,
                 "-c",
                 WORKER,
-                f"http://127.0.0.1:{port}",
+                server.url,
                 str(k),
                 str(args.seconds),
+                str(args.spans_per_second / w.SPANS_PER_SAMPLE / args.workers),
                 here,
             ],
             stdout=subprocess.PIPE,
@@ -128,6 +139,7 @@ def main() -> None:
     results = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in workers]
     offered_done = time.monotonic() - started
     sent = sum(r["sent"] for r in results)
+    delivered = sum(r["exported"] for r in results)  # the workers' exporters got SUCCESS
     latencies = [x for r in results for x in r["latencies"]]
     stored_at_offer_end = w.count_traces(project, "soak")
     server.stop()
@@ -138,6 +150,9 @@ def main() -> None:
         restarted = True  # the next start with the same spool finishes it
         w.Receiver(project, *spool_args, name="soak").stop()
     stored = w.count_traces(project, "soak")
+    for line in server.output:  # the receiver's own warnings, if any
+        if "Traceback" in line or "rror" in line or "lost" in line or "WARNING" in line:
+            print(f"receiver: {line.rstrip()}", file=sys.stderr)
     p99 = statistics.quantiles(latencies, n=100)[98] * 1000 if len(latencies) > 1 else 0.0
     peak_rss = max((s[1] for s in samples), default=0.0)
     first_rss = samples[0][1] if samples else 0.0
@@ -148,7 +163,8 @@ def main() -> None:
         print(f"t={t:5.0f} s  receiver RSS {rss:6.1f} MB  spool {size:7.1f} MB", file=sys.stderr)
     print(
         f"{args.workers} workers x {args.seconds:g} s: sent {sent} samples "
-        f"({offered_per_s:.0f} spans/s offered), stored {stored_at_offer_end} when they were done, "
+        f"({offered_per_s:.0f} spans/s offered), {delivered} answered SUCCESS, "
+        f"stored {stored_at_offer_end} when they were done, "
         f"{stored} in the end{' (after a restart drained the rest)' if restarted else ''}; "
         f"export() p99 {p99:.0f} ms over {len(latencies)} requests; receiver RSS "
         f"{first_rss:.0f} -> peak {peak_rss:.0f} MB; spool peak {peak_spool:.0f} MB; stored "

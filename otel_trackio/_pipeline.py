@@ -111,9 +111,11 @@ class TracePipeline:
 
     # -- entry points -------------------------------------------------------------------------
 
-    def add(self, records: Iterable[SpanRecord], timeout_seconds: float = 30.0) -> bool:
+    def add(self, records: Iterable[SpanRecord], timeout_seconds: float | None = 30.0) -> bool:
         """Buffer span records and log, durably, every sample that is due. False on a failure
-        (warned and counted); never raises."""
+        (warned and counted); never raises. ``timeout_seconds``: how long to wait for the
+        pipeline when another call holds it; None waits as long as it takes (a spool drainer:
+        its data is safe in the spool meanwhile, and giving up would lose it)."""
         spans = list(records)
 
         def buffer() -> list[Sample]:
@@ -122,7 +124,9 @@ class TracePipeline:
 
         return self._take(buffer, f"{len(spans)} spans", timeout_seconds)
 
-    def add_events(self, events: Iterable[LogEventRecord], timeout_seconds: float = 30.0) -> bool:
+    def add_events(
+        self, events: Iterable[LogEventRecord], timeout_seconds: float | None = 30.0
+    ) -> bool:
         """Hand GenAI log events to the samples of their spans (see
         :meth:`SampleAssembler.add_events`) and log, durably, every sample that is due.
 
@@ -154,7 +158,7 @@ class TracePipeline:
         self,
         buffer: Callable[[], list[Sample]],
         what: str,
-        timeout_seconds: float,
+        timeout_seconds: float | None,
         *,
         blocking: bool = True,
     ) -> bool:
@@ -165,6 +169,8 @@ class TracePipeline:
         if not blocking:
             if not self._lock.acquire(blocking=False):
                 return True
+        elif timeout_seconds is None:
+            self._lock.acquire()
         elif not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
             self.stats.failed_exports += 1
             self._warn("busy", f"exporter busy for {timeout_seconds}s; {what} lost")
@@ -179,7 +185,7 @@ class TracePipeline:
             self._schedule()
             # Write them now (the caller's export thread): an export that returned SUCCESS
             # survives a crash, and a disk that is full or read-only shows up as a failure.
-            return self._write(timeout_seconds) and logged
+            return self._write(30.0 if timeout_seconds is None else timeout_seconds) and logged
         except Exception as exc:  # noqa: BLE001 - export() must never raise
             self.stats.failed_exports += 1
             self._warn("export", f"export failed: {exc!r}")

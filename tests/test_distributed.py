@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,65 @@ def test_ray_example_with_a_real_local_ray(project, trackio_dir):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     _check_one_run(project, "ray", workers=2, per_step=4)
+
+
+ACTORS = textwrap.dedent(
+    """
+    # Ray actors that each call otel_trackio.configure() (offload on by default): every actor's
+    # writer process logs into the one run the driver opened.
+    import sys
+    import ray
+    import trackio
+
+    project, run_name = sys.argv[1], sys.argv[2]
+    driver = trackio.init(project=project, name=run_name, auto_log_cpu=False)
+    driver.finish()  # the run now exists: the actors resume it
+
+    @ray.remote
+    class Actor:
+        def rollouts(self, worker):
+            import otel_trackio
+            from otel_trackio import rollout
+
+            telemetry = otel_trackio.configure(project, run_name, resume="allow", metrics=False)
+            assert telemetry.span_exporter.offloaded is not None
+            for step in range(2):
+                for i in range(5):
+                    with rollout(step, worker * 5 + i) as span:
+                        span.set_attribute("reward", float(i % 2))
+            telemetry.shutdown()  # the writer drains, then exits
+            return telemetry.span_exporter.offloaded.writer_pid
+
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    actors = [Actor.remote() for _ in range(2)]
+    pids = ray.get([a.rollouts.remote(k) for k, a in enumerate(actors)])
+    ray.shutdown()
+    print(" ".join(str(p) for p in pids))
+    """
+)
+
+
+def test_offload_inside_ray_actors_logs_into_one_run(project, trackio_dir):
+    pytest.importorskip("ray", reason="Ray is in the test extra; `make test` installs it")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAY_ADDRESS"))}
+    env.update(
+        TRACKIO_DIR=trackio_dir,
+        TRACKIO_DISABLE_TELEMETRY="1",
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_AUTH_MODE="disabled",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", ACTORS, project, "actors"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    writers = [int(p) for p in result.stdout.strip().splitlines()[-1].split()]
+    assert all(not Path(f"/proc/{pid}").exists() for pid in writers)  # no writer left behind
+    traces = read_traces(project, "actors")
+    keys = sorted((t["step"], t["metadata"]["sample_index"]) for t in traces)
+    assert keys == [(s, i) for s in range(2) for i in range(10)]
+    assert {t["metadata"]["reward"] for t in traces} == {0.0, 1.0}

@@ -26,6 +26,7 @@ from .._open_samples import OpenSampleRegistry
 from .._pipeline import TracePipeline
 from .._samples import Sample
 from .._trackio import stored_span_sets
+from .._warnings import Warnings
 from . import codec
 from .segments import (
     Checkpoint,
@@ -98,7 +99,7 @@ class Drainer:
         destination: Callable[[codec.Route], Destination | None],
         *,
         open_roots: OpenSampleRegistry | None = None,
-        cycle_bytes: int = 4 * 1024 * 1024,
+        cycle_bytes: int = 1024 * 1024,
     ) -> None:
         self.path = Path(path)
         self._destination = destination
@@ -125,6 +126,7 @@ class Drainer:
         self._last_checkpoint = 0.0
         self.stats = DrainStats()
         self.producer_closed = False
+        self._warn = Warnings()
 
     # -- cycles --------------------------------------------------------------------------------
 
@@ -132,11 +134,19 @@ class Drainer:
         """Hand over the next run of entries; returns how many. ``finished``: the producer is
         gone (an incomplete last entry is torn, not still being written). ``stop``: checked
         between entries, so stopping waits for one entry at most."""
+        torn_before = self.reader.torn_entries + self.stats.torn_entries
         entries = self.reader.read(self.position, self._cycle_bytes, finished=finished)
+        if not entries and finished and self.reader.torn_tail is not None:
+            self.stats.torn_entries += 1
+            self.reader.torn_tail = None
+        torn = self.reader.torn_entries + self.stats.torn_entries - torn_before
+        if torn:
+            self._warn(
+                "torn",
+                f"{torn} spool entries in {self.path} were cut short by a process killed while "
+                "writing them: their data is lost (counted in torn_entries)",
+            )
         if not entries:
-            if finished and self.reader.torn_tail is not None:
-                self.stats.torn_entries += 1
-                self.reader.torn_tail = None
             return 0
         self._save(inflight=entries[-1].end)
         handled = 0
@@ -165,7 +175,7 @@ class Drainer:
             for record in records:
                 self._origin[id(record)] = entry.start
             self.stats.spans += len(records)
-            target.spans.add(records)
+            target.spans.add(records, timeout_seconds=None)  # never give spooled data up
         elif entry.kind == codec.EVENTS:
             route, events = codec.decode_events(entry.payload)
             target = self._destination(route)
@@ -174,7 +184,7 @@ class Drainer:
             self._track(target.spans)
             for event in events:
                 self._origin[id(event.event)] = entry.start
-            target.spans.add_events(events)
+            target.spans.add_events(events, timeout_seconds=None)
         elif entry.kind == codec.EXPECT_LOGS:
             target = self._destination((None, None))
             if target is not None:
