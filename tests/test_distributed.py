@@ -96,7 +96,8 @@ ACTORS = textwrap.dedent(
 
     project, run_name = sys.argv[1], sys.argv[2]
     driver = trackio.init(project=project, name=run_name, auto_log_cpu=False)
-    driver.finish()  # the run now exists: the actors resume it
+    driver.log({"actors": 2}, step=0)  # written at finish: only then does the run exist by name
+    driver.finish()  # the actors resume it (resume="allow" finds a run by its name)
 
     @ray.remote
     class Actor:
@@ -117,7 +118,7 @@ ACTORS = textwrap.dedent(
     actors = [Actor.remote() for _ in range(2)]
     pids = ray.get([a.rollouts.remote(k) for k, a in enumerate(actors)])
     ray.shutdown()
-    print(" ".join(str(p) for p in pids))
+    print("writer pids:", " ".join(str(p) for p in pids), flush=True)
     """
 )
 
@@ -140,7 +141,8 @@ def test_offload_inside_ray_actors_logs_into_one_run(project, trackio_dir):
         cwd=REPO,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    writers = [int(p) for p in result.stdout.strip().splitlines()[-1].split()]
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("writer pids:")]
+    writers = [int(p) for p in line.split(":", 1)[1].split()]
     assert all(not Path(f"/proc/{pid}").exists() for pid in writers)  # no writer left behind
     traces = read_traces(project, "actors")
     keys = sorted((t["step"], t["metadata"]["sample_index"]) for t in traces)
