@@ -185,6 +185,7 @@ def test_offloaded_traces_are_identical_to_in_process_ones(project):
     writer = exporter.offloaded.writer_pid
     assert not _alive(writer)  # no process left behind
     assert not exporter.offloaded.path.exists()  # drained and cleaned up
+    assert exporter.stats.samples_logged == 24  # the writer's counters outlive its spool
 
     expected = _normalised(read_traces(project, "in-process"))
     got = _normalised(read_traces(project, "offloaded"))

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from .._trackio import TrackioSink, run_id, trackio_dir
 from .._warnings import Warnings
 from ..settings import TrackioSettings
 from . import codec
-from .segments import Position, Producer, SpoolFull, bytes_from, load_checkpoint
+from .segments import Checkpoint, Position, Producer, SpoolFull, bytes_from, load_checkpoint
 from .writer import CONFIG_FILE, WriterConfig
 
 _logger = logging.getLogger("otel_trackio")
@@ -99,6 +100,7 @@ class OffloadClient:
         self._closed = False
         self._flushes = 0
         self._expects_logs = False
+        self._final: Checkpoint | None = None
         self._warn = Warnings()
         self.spans_spooled = 0
         self.spans_refused = 0
@@ -215,6 +217,8 @@ class OffloadClient:
             self.producer.append(codec.CLOSE, b"")
         drained = self._wait(self._writer_done, timeout_seconds)
         self._closing = True
+        if drained:  # the writer's last counters, before the spool (all in Trackio) goes
+            self._final = load_checkpoint(self.path)
         process = self._process
         if not drained and process is not None and process.poll() is None:
             left = self.backlog()
@@ -230,6 +234,8 @@ class OffloadClient:
                 process.kill()
                 process.wait()
         self.producer.close()
+        if drained:
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def _writer_done(self) -> bool:
         process = self._process
@@ -254,7 +260,7 @@ class OffloadClient:
 
     def stats(self) -> ExportStats:
         """The writer's counters (as of its last checkpoint) with this process's own."""
-        checkpoint = load_checkpoint(self.path)
+        checkpoint = self._final or load_checkpoint(self.path)
         seen: dict[str, Any] = checkpoint.stats if checkpoint is not None else {}
         return ExportStats(
             spans_received=self.spans_spooled + self.spans_refused,

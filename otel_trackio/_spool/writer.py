@@ -134,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         if done:
             pipeline.flush()  # a closed or dead producer: its open samples never end
         drainer.close()
-        if done:  # everything is in Trackio: nothing left to finish
+        if done and not drainer.producer_closed:
+            # Its rollout process is gone and everything is in Trackio: nothing left to finish.
+            # (After a CLOSE the exporter reads the final counters, then removes the spool.)
             shutil.rmtree(path, ignore_errors=True)
     finally:
         pipeline.close(flush=False)  # what is not logged stays in the spool
