@@ -426,15 +426,6 @@ class TracePipeline:
         finally:
             self._unlock()
 
-    def describe(self) -> dict[str, Any]:
-        """Counts for summaries: buffered spans, held samples, open traces."""
-        return {
-            "buffered_spans": self.assembler.buffered_spans,
-            "pending_events": self.assembler.pending_events,
-            "held_samples": self.assembler.held_samples,
-            "open_traces": self.assembler.open_traces,
-        }
-
 
 RECEIVER_GRACE_SECONDS = 5.0
 """The OTLP receiver's default grace period: one default ``BatchSpanProcessor`` schedule delay
