@@ -8,17 +8,21 @@ Every setting lives in :class:`TrackioSettings`.
 
 from __future__ import annotations
 
-from ._configure import TrackioTelemetry, configure
-from ._open_samples import lookup_open_sample, register_open_sample, unregister_open_sample
-from ._steps import latest_step, set_step
-from .instrument import rollout, traced
-from .log_exporter import LogExportStats, TrackioLogExporter
-from .metric_exporter import MetricExportStats, TrackioMetricExporter
-from .sampling import StepSampler
-from .settings import TrackioConfigError, TrackioSettings
-from .span_exporter import ExportStats, TrackioSpanExporter
-from .span_processor import OpenSampleTracker, TrackioSpanProcessor
-from .validation import log_generations
+from otel_trackio._engine.open_samples import (
+    lookup_open_sample,
+    register_open_sample,
+    unregister_open_sample,
+)
+from otel_trackio._engine.steps import latest_step, set_step
+from otel_trackio.instrument import rollout, traced
+from otel_trackio.log_exporter import LogExportStats, TrackioLogExporter
+from otel_trackio.metric_exporter import MetricExportStats, TrackioMetricExporter
+from otel_trackio.sampling import StepSampler
+from otel_trackio.settings import TrackioConfigError, TrackioSettings
+from otel_trackio.span_exporter import ExportStats, TrackioSpanExporter
+from otel_trackio.span_processor import OpenSampleTracker, TrackioSpanProcessor
+from otel_trackio.telemetry import TrackioTelemetry, configure
+from otel_trackio.validation import log_generations
 
 __version__ = "0.1.0"
 

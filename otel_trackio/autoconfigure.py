@@ -32,23 +32,27 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
-from ._pipeline import ExportStats
-from ._trackio import RunLike
-from .environment_variables import (
+from otel_trackio._engine.pipeline import ExportStats
+from otel_trackio._engine.sink import RunLike
+from otel_trackio.environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
     OTEL_EXPORTER_TRACKIO_PROJECT,
 )
-from .log_exporter import (
+from otel_trackio.log_exporter import (
     LogExportStats,
     LogRecordExporter,
     LogRecordExportResult,
     TrackioLogExporter,
 )
-from .metric_exporter import DEFAULT_TEMPORALITY, MetricExportStats, TrackioMetricExporter
-from .sampling import step_sampler
-from .settings import TrackioConfigError, TrackioSettings
-from .span_exporter import TrackioSpanExporter
-from .span_processor import OpenSampleTracker
+from otel_trackio.metric_exporter import (
+    DEFAULT_TEMPORALITY,
+    MetricExportStats,
+    TrackioMetricExporter,
+)
+from otel_trackio.sampling import step_sampler
+from otel_trackio.settings import TrackioConfigError, TrackioSettings
+from otel_trackio.span_exporter import TrackioSpanExporter
+from otel_trackio.span_processor import OpenSampleTracker
 
 _logger = logging.getLogger("otel_trackio")
 

@@ -27,9 +27,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 
-from ._open_samples import OPEN_SAMPLES
-from ._values import MAX_ITEMS, MAX_STRING_CHARS, cut_text, json_safe
-from .settings import active_settings
+from otel_trackio._core.values import MAX_ITEMS, MAX_STRING_CHARS, cut_text, json_safe
+from otel_trackio._engine.open_samples import OPEN_SAMPLES
+from otel_trackio.settings import active_settings
 
 __all__ = ["MAX_STRING_CHARS", "json_safe", "rollout", "traced"]
 

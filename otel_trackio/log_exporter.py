@@ -26,12 +26,18 @@ except ImportError:  # opentelemetry-sdk before 1.39 named them LogExporter, Log
         LogExportResult as LogRecordExportResult,
     )
 
-from ._pipeline import LOG_GRACE_SECONDS, EventIntake, TracePipeline, find_intake, grace_seconds
-from ._records import LogEventRecord, record_from_readable_log
-from ._trackio import TrackioSink
-from ._warnings import Warnings
-from .settings import TrackioSettings, settings_for
-from .span_exporter import TrackioSpanExporter
+from otel_trackio._core.records import LogEventRecord, record_from_readable_log
+from otel_trackio._engine.pipeline import (
+    LOG_GRACE_SECONDS,
+    EventIntake,
+    TracePipeline,
+    find_intake,
+    grace_seconds,
+)
+from otel_trackio._engine.sink import TrackioSink
+from otel_trackio._engine.warn import Warnings
+from otel_trackio.settings import TrackioSettings, settings_for
+from otel_trackio.span_exporter import TrackioSpanExporter
 
 _logger = logging.getLogger("otel_trackio")
 

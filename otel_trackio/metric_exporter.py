@@ -28,11 +28,12 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.metrics.view import Aggregation
 
-from . import _steps, _trackio
-from ._metric_convert import Distribution, MetricConverter
-from ._trackio import RunLike, TrackioSink
-from ._warnings import Warnings
-from .settings import TrackioSettings, settings_for
+from otel_trackio._core.metric_convert import Distribution, MetricConverter
+from otel_trackio._engine import sink as _trackio
+from otel_trackio._engine import steps as _steps
+from otel_trackio._engine.sink import RunLike, TrackioSink
+from otel_trackio._engine.warn import Warnings
+from otel_trackio.settings import TrackioSettings, settings_for
 
 _logger = logging.getLogger("otel_trackio")
 

@@ -43,8 +43,8 @@ from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from . import _steps
-from .settings import TrackioConfigError, TrackioSettings, active_settings
+from otel_trackio._engine import steps as _steps
+from otel_trackio.settings import TrackioConfigError, TrackioSettings, active_settings
 
 _KEPT = Decision.RECORD_AND_SAMPLE
 _DROPPED = SamplingResult(Decision.DROP)

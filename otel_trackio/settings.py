@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from . import environment_variables as env
+from otel_trackio import environment_variables as env
 
 TokenDecoder = Callable[[Sequence[int]], str]
 

@@ -14,11 +14,17 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ._pipeline import EventIntake, ExportStats, TracePipeline, grace_seconds, register_intake
-from ._records import SpanRecord, record_from_readable_span
-from ._spool.offload import OffloadClient, portable
-from ._trackio import RunLike, TrackioSink, is_remote
-from .settings import TrackioSettings, activate, settings_for
+from otel_trackio._core.records import SpanRecord, record_from_readable_span
+from otel_trackio._engine.pipeline import (
+    EventIntake,
+    ExportStats,
+    TracePipeline,
+    grace_seconds,
+    register_intake,
+)
+from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote
+from otel_trackio._offload.client import OffloadClient, portable
+from otel_trackio.settings import TrackioSettings, activate, settings_for
 
 _logger = logging.getLogger("otel_trackio")
 

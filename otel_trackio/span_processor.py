@@ -23,9 +23,9 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from ._open_samples import OPEN_SAMPLES, OpenSampleRegistry
-from .settings import active_settings
-from .span_exporter import TrackioSpanExporter
+from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
+from otel_trackio.settings import active_settings
+from otel_trackio.span_exporter import TrackioSpanExporter
 
 __all__ = ["OpenSampleTracker", "TrackioSpanProcessor"]
 

@@ -12,9 +12,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._trackio import RunLike, TrackioSink
-from ._values import json_safe, limit, storable
-from .settings import TrackioSettings
+from otel_trackio._core.values import json_safe, limit, storable
+from otel_trackio._engine.sink import RunLike, TrackioSink
+from otel_trackio.settings import TrackioSettings
 
 DEFAULT_MAX_VALUE_CHARS: int = TrackioSettings().max_value_chars
 

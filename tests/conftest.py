@@ -18,7 +18,8 @@ import pytest  # noqa: E402
 from trackio import context_vars  # noqa: E402
 from trackio.sqlite_storage import SQLiteStorage  # noqa: E402
 
-from otel_trackio import _steps, settings  # noqa: E402
+from otel_trackio import settings  # noqa: E402
+from otel_trackio._engine import steps as _steps  # noqa: E402
 
 # The fault suite's tally (inputs tried / crashes / samples lost), printed after the run.
 pytest_plugins = ["fault_tally"]

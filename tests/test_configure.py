@@ -19,7 +19,7 @@ from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.util._once import Once
 
 import otel_trackio
-from otel_trackio import _configure as otel_setup
+from otel_trackio import telemetry as otel_setup
 
 ROOT = Path(__file__).resolve().parents[1]
 

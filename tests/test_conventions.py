@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.trace import Tracer
 
 from otel_trackio import TrackioSettings, TrackioSpanExporter
-from otel_trackio._records import SpanRecord
-from otel_trackio.conventions import read_span_facts
+from otel_trackio._core.conventions import read_span_facts
+from otel_trackio._core.records import SpanRecord
 
 SAMPLE = {"step": 2, "sample_index": 0}
 
@@ -229,7 +229,7 @@ def test_operation_details_event(project):
 
 
 def _event(name: str, attributes: dict[str, Any]):
-    from otel_trackio._records import EventRecord
+    from otel_trackio._core.records import EventRecord
 
     return EventRecord(name, 0, attributes)
 

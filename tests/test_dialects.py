@@ -14,7 +14,7 @@ import pytest
 from conftest import read_traces
 from test_conventions import SAMPLE, _event, facts_of, one_trace, traced
 
-from otel_trackio.conventions import dialects
+from otel_trackio._core.conventions import dialects
 
 # -- Strands / Bedrock content blocks --------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export import SpanExportResult as R
 
 from otel_trackio import TrackioSpanExporter
-from otel_trackio._records import SpanRecord
+from otel_trackio._core.records import SpanRecord
 
 REPO = Path(__file__).resolve().parent.parent
 HANG_GUARD = 60.0  # seconds: a join past this means something blocked forever
@@ -192,7 +192,7 @@ CHILD = textwrap.dedent(
     """
     import json, logging, subprocess, sys
     from otel_trackio import TrackioSpanExporter
-    from otel_trackio._records import SpanRecord
+    from otel_trackio._core.records import SpanRecord
     mode, folder = sys.argv[1], sys.argv[2]
     logging.basicConfig(level=logging.WARNING)
     exporter = TrackioSpanExporter("faults", name="disk")

@@ -20,7 +20,7 @@ from test_exporter import _chat_attributes
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio import TrackioSpanExporter, register_open_sample, rollout, unregister_open_sample
-from otel_trackio._convert import HEADER_VALUE_CHARS
+from otel_trackio._core.convert import HEADER_VALUE_CHARS
 
 
 def _exporter_and_tracer(project: str):

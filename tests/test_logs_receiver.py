@@ -22,7 +22,7 @@ import requests
 from conftest import read_logs, read_traces
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
-from otel_trackio._assembly import PLACEHOLDER_ATTRIBUTE, PLACEHOLDER_NAME
+from otel_trackio._core.assembly import PLACEHOLDER_ATTRIBUTE, PLACEHOLDER_NAME
 from otel_trackio.receiver import OTLPReceiver
 
 EXAMPLES = Path(__file__).resolve().parent / "data" / "otlp-examples"

@@ -33,12 +33,12 @@ from trackio import context_vars
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio import TrackioMetricExporter, TrackioSpanExporter, set_step
-from otel_trackio._metric_convert import (
+from otel_trackio._core.metric_convert import (
     MetricConverter,
     explicit_distribution,
     exponential_distribution,
 )
-from otel_trackio._trackio import FALLBACK_RESERVED_KEYS
+from otel_trackio._engine.sink import FALLBACK_RESERVED_KEYS
 from otel_trackio.settings import HISTOGRAM_STATS
 
 

@@ -44,9 +44,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_trackio import TrackioSettings, TrackioSpanExporter
-from otel_trackio._assembly import PLACEHOLDER_ATTRIBUTE, SampleAssembler
-from otel_trackio._convert import sample_to_trace
-from otel_trackio._records import EventRecord, LogEventRecord, SpanRecord
+from otel_trackio._core.assembly import PLACEHOLDER_ATTRIBUTE, SampleAssembler
+from otel_trackio._core.convert import sample_to_trace
+from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 
 EXAMPLES = int(os.environ.get("OTEL_TRACKIO_FAULT_EXAMPLES", "60"))
 FUZZ = settings(
@@ -382,7 +382,7 @@ def metric_data(draw: st.DrawFn) -> tuple[MetricsData, int]:
 @FUZZ
 @given(metric_data(), st.booleans())
 def test_metric_conversion_never_crashes_and_emits_only_finite_numbers(data_and_points, dist):
-    from otel_trackio._metric_convert import Distribution, MetricConverter
+    from otel_trackio._core.metric_convert import Distribution, MetricConverter
 
     data, points = data_and_points
     tally.tried("properties")
@@ -416,7 +416,7 @@ def test_metric_conversion_never_crashes_and_emits_only_finite_numbers(data_and_
 
 
 def test_metric_series_with_non_utf8_attribute_is_not_dropped():
-    from otel_trackio._metric_convert import MetricConverter
+    from otel_trackio._core.metric_convert import MetricConverter
 
     point = NumberDataPoint({"file": "bad\udcff"}, 0, 0, 1.0)
     metric = Metric("loss", "", "", Gauge([point]))

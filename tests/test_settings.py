@@ -22,7 +22,7 @@ from otel_trackio import (
     environment_variables,
     rollout,
 )
-from otel_trackio import _trackio as trackio_door
+from otel_trackio._engine import sink as trackio_door
 from otel_trackio.settings import environment_variables as settings_variables
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ the one span pipeline and removes what is durable in Trackio.
 
 - :mod:`.segments`: the on-disk queue (entries, segments, checkpoint, bound, locks);
 - :mod:`.codec`: what an entry holds (SDK spans as lean tuples, span records, control entries);
-- :mod:`.drain`: the drain loop, with crash recovery (no sample lost, none logged twice);
-- :mod:`.offload`: the exporter side of ``offload=True`` (starting and watching the writer);
-- :mod:`.writer`: the writer process's ``main``.
+- :mod:`.drain`: the drain loop, with crash recovery (no sample lost, none logged twice).
+
+The offload writer process that drains a rollout process's spool is :mod:`otel_trackio._offload`.
 """

@@ -20,7 +20,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from .._records import EventRecord, LogEventRecord, SpanRecord
+from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 
 SPANS = 1
 EVENTS = 2

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._open_samples import OpenSampleRegistry
-from .._pipeline import TracePipeline
-from .._samples import Sample
-from .._trackio import stored_span_sets
-from .._warnings import Warnings
-from . import codec
-from .segments import (
+from otel_trackio._core.samples import Sample
+from otel_trackio._engine.open_samples import OpenSampleRegistry
+from otel_trackio._engine.pipeline import TracePipeline
+from otel_trackio._engine.sink import stored_span_sets
+from otel_trackio._engine.warn import Warnings
+from otel_trackio._spool import codec
+from otel_trackio._spool.segments import (
     Checkpoint,
     Entry,
     Lock,

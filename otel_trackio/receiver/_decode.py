@@ -47,7 +47,7 @@ from opentelemetry.sdk.metrics.export import Buckets as _Buckets
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from .._records import EventRecord, LogEventRecord, SpanRecord, log_event_record
+from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord, log_event_record
 
 Encoding = Literal["protobuf", "json"]
 # (trackio.project, trackio.run) resource attributes of a request part; None when absent.
@@ -328,7 +328,7 @@ def trace_response(rejected: int, message: str) -> trace_service_pb2.ExportTrace
 @dataclass(slots=True)
 class DecodedLogs:
     """GenAI log event records by route; how many other records were acknowledged and left out
-    (by :data:`~otel_trackio._records.LogSkip` reason); what was rejected (with why)."""
+    (by :data:`~otel_trackio._core.records.LogSkip` reason); what was rejected (with why)."""
 
     by_route: dict[Route, list[LogEventRecord]] = field(default_factory=dict)
     accepted: int = 0

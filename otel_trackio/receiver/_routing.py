@@ -2,7 +2,7 @@
 
 A request's spans, GenAI log events and metrics are validated and decoded by the HTTP layer, then
 *appended to the receiver's spool* and answered at once; a drain thread feeds the spool into one
-span :class:`~otel_trackio._pipeline.TracePipeline` (where log events join their spans) +
+span :class:`~otel_trackio._engine.pipeline.TracePipeline` (where log events join their spans) +
 :class:`TrackioMetricExporter` pair per (project, run), created lazily (both share one Trackio
 run). So a client never waits for Trackio, and when the spool is at its bound the request is
 refused with 503 and ``Retry-After`` (OTLP exporters retry) instead of data being dropped. What is
@@ -24,16 +24,15 @@ from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
-from .._open_samples import OpenSampleRegistry
-from .._pipeline import TracePipeline, grace_seconds
-from .._spool import codec
-from .._spool.drain import Drainer
-from .._spool.offload import spool_root
-from .._spool.segments import Producer, SpoolFull
-from .._trackio import TrackioSink
-from ..metric_exporter import TrackioMetricExporter
-from ..settings import TrackioSettings, split_options
-from ._decode import (
+from otel_trackio._engine.open_samples import OpenSampleRegistry
+from otel_trackio._engine.pipeline import TracePipeline, grace_seconds
+from otel_trackio._engine.sink import TrackioSink
+from otel_trackio._offload.client import spool_root
+from otel_trackio._spool import codec
+from otel_trackio._spool.drain import Drainer
+from otel_trackio._spool.segments import Producer, SpoolFull
+from otel_trackio.metric_exporter import TrackioMetricExporter
+from otel_trackio.receiver._decode import (
     DecodedLogs,
     DecodedMetrics,
     DecodedSpans,
@@ -41,6 +40,7 @@ from ._decode import (
     decode_metrics,
     split_metrics,
 )
+from otel_trackio.settings import TrackioSettings, split_options
 
 _logger = logging.getLogger("otel_trackio.receiver")
 

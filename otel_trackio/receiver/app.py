@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ._decode import (
+from otel_trackio.receiver._decode import (
     Encoding,
     M,
     RequestError,
@@ -38,7 +38,7 @@ from ._decode import (
     status_body,
     trace_response,
 )
-from ._routing import Outcome, ReceiverUnavailable, Router
+from otel_trackio.receiver._routing import Outcome, ReceiverUnavailable, Router
 
 _logger = logging.getLogger("otel_trackio.receiver")
 

@@ -85,10 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _drain(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .._spool.writer import CONFIG_FILE
-    from .._spool.writer import main as drain_offload_spool
-    from ..settings import TrackioSettings
-    from ._routing import Router
+    from otel_trackio._offload.writer import CONFIG_FILE
+    from otel_trackio._offload.writer import main as drain_offload_spool
+    from otel_trackio.receiver._routing import Router
+    from otel_trackio.settings import TrackioSettings
 
     if args.spool and (Path(args.spool) / CONFIG_FILE).exists():
         return drain_offload_spool([args.spool, "--orphan"])
@@ -115,8 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "drain":
         return _drain(args)
     try:
-        from ..settings import TrackioSettings
-        from .server import OTLPReceiver
+        from otel_trackio.receiver.server import OTLPReceiver
+        from otel_trackio.settings import TrackioSettings
     except ImportError as exc:  # pragma: no cover - depends on the install
         print(
             f"otel-trackio serve needs the receiver extra: pip install 'otel-trackio[receiver]' "

@@ -16,9 +16,9 @@ from typing import Any
 
 import uvicorn
 
-from ..settings import TrackioSettings
-from ._routing import Router, Summary
-from .app import DEFAULT_MAX_BODY_BYTES, create_app
+from otel_trackio.receiver._routing import Router, Summary
+from otel_trackio.receiver.app import DEFAULT_MAX_BODY_BYTES, create_app
+from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio.receiver")
 

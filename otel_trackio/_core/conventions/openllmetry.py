@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._common import MessageForms, normalize_message, unflatten
+from otel_trackio._core.conventions._common import MessageForms, normalize_message, unflatten
 
 REQUEST_KINDS = {"chat": "generation", "completion": "generation"}
 SPAN_KINDS = {"tool": "tool", "workflow": "span", "task": "span", "agent": "span"}

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._records import EventRecord
-from ._common import (
+from otel_trackio._core.conventions._common import (
     MessageForms,
     Messages,
     normalize_message,
@@ -22,6 +21,7 @@ from ._common import (
     parse_json,
     parts_to_content,
 )
+from otel_trackio._core.records import EventRecord
 
 SYSTEM_KEY = "gen_ai.system_instructions"
 INPUT_KEY = "gen_ai.input.messages"

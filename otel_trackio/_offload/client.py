@@ -2,7 +2,7 @@
 
 ``export()`` turns SDK spans into lean tuples and appends them to this process's own spool (about
 6 µs per span); no conversion, no JSON parsing and no Trackio call happen here. A writer process
-(``python -m otel_trackio._spool``, a fresh interpreter: never a fork of the rollout)
+(``python -m otel_trackio._offload``, a fresh interpreter: never a fork of the rollout)
 drains the spool into the same Trackio run. What each call means:
 
 - ``export()`` SUCCESS: the spans are in the spool (written to the OS: they survive this process
@@ -34,15 +34,22 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from .._open_samples import OPEN_SAMPLES
-from .._pipeline import ExportStats
-from .._records import LogEventRecord
-from .._trackio import TrackioSink, run_id, trackio_dir
-from .._warnings import Warnings
-from ..settings import TrackioSettings
-from . import codec
-from .segments import Checkpoint, Position, Producer, SpoolFull, bytes_from, load_checkpoint
-from .writer import CONFIG_FILE, WriterConfig
+from otel_trackio._core.records import LogEventRecord
+from otel_trackio._engine.open_samples import OPEN_SAMPLES
+from otel_trackio._engine.pipeline import ExportStats
+from otel_trackio._engine.sink import TrackioSink, run_id, trackio_dir
+from otel_trackio._engine.warn import Warnings
+from otel_trackio._offload.writer import CONFIG_FILE, WriterConfig
+from otel_trackio._spool import codec
+from otel_trackio._spool.segments import (
+    Checkpoint,
+    Position,
+    Producer,
+    SpoolFull,
+    bytes_from,
+    load_checkpoint,
+)
+from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -113,7 +120,7 @@ class OffloadClient:
         log = open(self.path / "writer.log", "ab")
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "otel_trackio._spool", str(self.path)],
+                [sys.executable, "-m", "otel_trackio._offload", str(self.path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,  # Trackio's banners; warnings go to stderr, shared with this process
                 start_new_session=True,  # Ctrl-C reaches the rollout, which then shuts us down

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ..settings import TokenDecoder
+from otel_trackio.settings import TokenDecoder
 
 
 def token_ids(value: Any) -> list[int] | None:

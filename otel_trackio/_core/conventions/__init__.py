@@ -33,11 +33,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._records import SpanRecord
-from .._values import as_float, as_int, as_text
-from ..settings import TrackioSettings
-from . import dialects, openinference, openllmetry, otel_genai, tokens
-from ._common import Messages, normalize_message, normalize_messages, parse_json
+from otel_trackio._core.conventions import dialects, openinference, openllmetry, otel_genai, tokens
+from otel_trackio._core.conventions._common import (
+    Messages,
+    normalize_message,
+    normalize_messages,
+    parse_json,
+)
+from otel_trackio._core.records import SpanRecord
+from otel_trackio._core.values import as_float, as_int, as_text
+from otel_trackio.settings import TrackioSettings
 
 __all__ = ["SpanFacts", "parse_json", "read_span_facts"]
 

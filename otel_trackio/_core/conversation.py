@@ -30,10 +30,10 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from difflib import SequenceMatcher
 from typing import Any
 
-from ._records import SpanRecord
-from .conventions import SpanFacts, tokens
-from .conventions._common import parse_json
-from .settings import TokenDecoder
+from otel_trackio._core.conventions import SpanFacts, tokens
+from otel_trackio._core.conventions._common import parse_json
+from otel_trackio._core.records import SpanRecord
+from otel_trackio.settings import TokenDecoder
 
 #: message keys kept in the conversation (span outputs keep everything, e.g. ``finish_reason``).
 MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")

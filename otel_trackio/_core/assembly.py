@@ -41,11 +41,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._open_samples import OpenSampleLookup
-from ._records import EventRecord, LogEventRecord, SpanRecord
-from ._samples import PartialReason, Sample, SampleIdentity, resolve_step
-from ._values import parse_step
-from .settings import TrackioSettings
+from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
+from otel_trackio._core.samples import PartialReason, Sample, SampleIdentity, resolve_step
+from otel_trackio._core.values import parse_step
+from otel_trackio._engine.open_samples import OpenSampleLookup
+from otel_trackio.settings import TrackioSettings
 
 # Tags read into a sample's identity besides the configurable step and sample attributes.
 ROLLOUT_N_ATTRIBUTE = "rollout_n"

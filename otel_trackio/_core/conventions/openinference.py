@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._values import as_text
-from . import dialects
-from ._common import MessageForms, normalize_turns, unflatten
+from otel_trackio._core.conventions import dialects
+from otel_trackio._core.conventions._common import MessageForms, normalize_turns, unflatten
+from otel_trackio._core.values import as_text
 
 SPAN_KINDS = {"LLM": "generation", "TOOL": "tool"}
 

@@ -20,16 +20,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import _steps
-from ._assembly import SampleAssembler
-from ._convert import TraceDict, bare_trace, sample_to_trace
-from ._open_samples import OPEN_SAMPLES, OpenSampleLookup
-from ._records import LogEventRecord, SpanRecord
-from ._samples import Sample
-from ._trackio import TrackioSink
-from ._values import as_float
-from ._warnings import Warnings
-from .settings import TrackioSettings
+from otel_trackio._core.assembly import SampleAssembler
+from otel_trackio._core.convert import TraceDict, bare_trace, sample_to_trace
+from otel_trackio._core.records import LogEventRecord, SpanRecord
+from otel_trackio._core.samples import Sample
+from otel_trackio._core.values import as_float
+from otel_trackio._engine import steps as _steps
+from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleLookup
+from otel_trackio._engine.sink import TrackioSink
+from otel_trackio._engine.warn import Warnings
+from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
 

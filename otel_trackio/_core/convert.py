@@ -8,14 +8,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
-from ._conversation import build_conversation, settle_model_calls
-from ._metric_convert import format_attribute
-from ._records import SpanRecord
-from ._samples import Sample
-from ._values import as_text, attribute_json, cut_text, limit, storable
-from .conventions import SpanFacts, dialects, read_span_facts
-from .settings import TrackioSettings
+from otel_trackio._core.assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
+from otel_trackio._core.conventions import SpanFacts, dialects, read_span_facts
+from otel_trackio._core.conversation import build_conversation, settle_model_calls
+from otel_trackio._core.metric_convert import format_attribute
+from otel_trackio._core.records import SpanRecord
+from otel_trackio._core.samples import Sample
+from otel_trackio._core.values import as_text, attribute_json, cut_text, limit, storable
+from otel_trackio.settings import TrackioSettings
 
 TraceDict = dict[str, Any]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._records import SpanRecord
-from ._values import parse_step
+from otel_trackio._core.records import SpanRecord
+from otel_trackio._core.values import parse_step
 
 PartialReason = Literal["late", "flush", "ttl", "capacity", "duplicate"]
 """Why a sample is not whole: spans after its sample was logged (``late``), still open at

@@ -14,8 +14,8 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from .._values import as_text
-from . import dialects
+from otel_trackio._core.conventions import dialects
+from otel_trackio._core.values import as_text
 
 Messages = list[dict[str, Any]]
 

@@ -39,13 +39,13 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from ._trackio import RunLike, TrackioSink
-from .log_exporter import TrackioLogExporter
-from .metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
-from .sampling import step_sampler
-from .settings import TrackioSettings, activate, settings_for
-from .span_exporter import TrackioSpanExporter
-from .span_processor import TrackioSpanProcessor
+from otel_trackio._engine.sink import RunLike, TrackioSink
+from otel_trackio.log_exporter import TrackioLogExporter
+from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
+from otel_trackio.sampling import step_sampler
+from otel_trackio.settings import TrackioSettings, activate, settings_for
+from otel_trackio.span_exporter import TrackioSpanExporter
+from otel_trackio.span_processor import TrackioSpanProcessor
 
 _logger = logging.getLogger("otel_trackio")
 

@@ -31,8 +31,8 @@ from opentelemetry.sdk.metrics.export import (
     Sum,
 )
 
-from ._values import parse_step, utf8
-from .settings import HISTOGRAM_STATS
+from otel_trackio._core.values import parse_step, utf8
+from otel_trackio.settings import HISTOGRAM_STATS
 
 # Series whose key Trackio would rename (reserved, or starting with "__") get this prefix.
 RENAME_PREFIX = "otel/"

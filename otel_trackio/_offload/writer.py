@@ -1,4 +1,4 @@
-"""The writer process of ``offload=True``: ``python -m otel_trackio._spool SPOOL_DIR``.
+"""The writer process of ``offload=True``: ``python -m otel_trackio._offload SPOOL_DIR``.
 
 Started (as a fresh interpreter, never a fork, at a lower CPU priority: ``nice`` 10) by
 :class:`~._spool.offload.OffloadClient`. It logs
@@ -28,12 +28,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._open_samples import OpenSampleRegistry
-from .._pipeline import TracePipeline, grace_seconds
-from .._trackio import TrackioSink, join_run
-from ..settings import TrackioSettings
-from .drain import Drainer
-from .segments import is_locked
+from otel_trackio._engine.open_samples import OpenSampleRegistry
+from otel_trackio._engine.pipeline import TracePipeline, grace_seconds
+from otel_trackio._engine.sink import TrackioSink, join_run
+from otel_trackio._spool.drain import Drainer
+from otel_trackio._spool.segments import is_locked
+from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
 

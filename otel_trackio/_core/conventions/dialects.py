@@ -28,7 +28,7 @@ import ast
 from collections.abc import Mapping
 from typing import Any
 
-from .._values import as_text
+from otel_trackio._core.values import as_text
 
 # -- Bedrock / Strands content blocks ---------------------------------------------------------
 
