@@ -74,3 +74,7 @@ OTEL_EXPORTER_TRACKIO_SPOOL_DIR = "OTEL_EXPORTER_TRACKIO_SPOOL_DIR"
 
 OTEL_EXPORTER_TRACKIO_SPOOL_MAX_MB = "OTEL_EXPORTER_TRACKIO_SPOOL_MAX_MB"
 """The bound of one spool on disk, in MiB. Default ``1024``."""
+
+OTEL_EXPORTER_TRACKIO_SPOOL_FSYNC = "OTEL_EXPORTER_TRACKIO_SPOOL_FSYNC"
+"""When the spool forces its bytes to the disk: ``request`` (every acknowledged append),
+``cycle`` (the checkpoint and what it covers, once per drain cycle; the default) or ``never``."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from otel_trackio import environment_variables as env
+from otel_trackio._spool.segments import FSYNC_POLICIES
 
 TokenDecoder = Callable[[Sequence[int]], str]
 
@@ -73,6 +74,13 @@ def _flag(raw: str) -> bool:
     if lowered in _OFF:
         return False
     raise ValueError
+
+
+def _fsync_policy(raw: str) -> str:
+    text = raw.strip().lower()
+    if text not in FSYNC_POLICIES:
+        raise ValueError
+    return text
 
 
 def _choice(raw: str) -> str:
@@ -137,6 +145,11 @@ _OPTIONAL_TEXT = _Kind(
     str,
 )
 _RESUME_KIND = _Kind("expected never, allow or must", lambda v: v is None or v in _RESUME, _choice)
+_FSYNC_POLICY = _Kind(
+    "expected request, cycle or never",
+    lambda v: v in FSYNC_POLICIES,
+    _fsync_policy,
+)
 _SECONDS = _Kind("expected a number >= 0", lambda v: _is_number(v) and v >= 0, float)
 _OPTIONAL_SECONDS = _Kind(
     "expected a number >= 0, or None", lambda v: v is None or (_is_number(v) and v >= 0), float
@@ -201,6 +214,9 @@ class TrackioSettings:
         spool_dir: where spools live (default: ``otel-trackio-spool`` in the Trackio folder).
         spool_max_mb: the bound of one spool on disk; past it ``export()`` returns FAILURE (the
             receiver answers 503 with ``Retry-After``).
+        spool_fsync: when the spool forces its bytes to the disk, and so what a power loss
+            keeps: ``request`` (every append before it is acknowledged), ``cycle`` (the
+            checkpoint and the entries it covers, each drain cycle) or ``never``.
     Metrics:
         log_distributions: also log histogram buckets as a ``trackio.Histogram``.
         histogram_stats: which statistics of a histogram become plots (``<name>/<stat>``).
@@ -242,6 +258,7 @@ class TrackioSettings:
     offload: bool | None = _setting(None, _OPTIONAL_BOOL, env.OTEL_EXPORTER_TRACKIO_OFFLOAD)
     spool_dir: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_SPOOL_DIR)
     spool_max_mb: float = _setting(1024.0, _POSITIVE, env.OTEL_EXPORTER_TRACKIO_SPOOL_MAX_MB)
+    spool_fsync: str = _setting("cycle", _FSYNC_POLICY, env.OTEL_EXPORTER_TRACKIO_SPOOL_FSYNC)
 
     log_distributions: bool = _setting(False, _BOOL, env.OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS)
     histogram_stats: tuple[str, ...] = _setting(

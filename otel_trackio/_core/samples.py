@@ -6,6 +6,8 @@ nothing else about a sample's identity.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -59,3 +61,18 @@ def resolve_step(own: Any, ancestor: Any, latest: int | None) -> int:
         if step is not None:
             return step
     return latest if latest is not None else 0
+
+
+def missing_spans(sample: Sample, stored: Collection[str]) -> Sample | None:
+    """What of ``sample`` is not in storage, given the span ids (16 hex digits) stored: the
+    sample itself when none of its spans is, None when all are, else a continuation (partial,
+    ``late``, with the sample's identity) of the spans missing. So a replay or a retried write
+    that groups spans differently from the first time still stores each span once."""
+    missing = [span for span in sample.spans if f"{span.span_id:016x}" not in stored]
+    if len(missing) == len(sample.spans):
+        return sample
+    if not missing:
+        return None
+    root = sample.root if sample.root in missing else None
+    identity = dataclasses.replace(sample.identity, partial_reason="late")
+    return Sample(missing, root, identity)

@@ -2,7 +2,10 @@
 
 ``TracePipeline.add(records)`` buffers span records in a :class:`SampleAssembler`, converts every
 sample that is due (:func:`sample_to_trace`), logs them with one ``run.log({key: [...]},
-step=s)`` per step, and writes them to Trackio's storage before it returns;
+step=s)`` per step, and writes them to Trackio's storage before it returns. A sample counts as
+logged once that write succeeded; until then it is kept (see :meth:`TracePipeline.buffered_items`)
+and a failed or timed-out write is retried — the samples Trackio dropped are logged again, minus
+the spans its storage already holds;
 ``TracePipeline.add_events(events)`` does the same for GenAI log events, which join their spans.
 A timer thread does the same for samples whose grace period or TTL ends while no data comes. The
 in-process :class:`~otel_trackio.TrackioSpanExporter` (with
@@ -23,11 +26,11 @@ from typing import Any, Protocol
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.convert import TraceDict, bare_trace, sample_to_trace
 from otel_trackio._core.records import LogEventRecord, SpanRecord
-from otel_trackio._core.samples import Sample
+from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._core.values import as_float
 from otel_trackio._engine import steps as _steps
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleLookup
-from otel_trackio._engine.sink import TrackioSink
+from otel_trackio._engine.sink import TrackioSink, stored_span_ids
 from otel_trackio._engine.warn import Warnings
 from otel_trackio.settings import TrackioSettings
 
@@ -36,7 +39,12 @@ _logger = logging.getLogger("otel_trackio")
 
 @dataclass(slots=True)
 class ExportStats:
-    """Counters of what a span pipeline did, for summaries, tests and the fault tally."""
+    """Counters of what a span pipeline did, for summaries, tests and the fault tally.
+
+    ``samples_logged`` counts samples written to Trackio's storage (not merely handed to
+    ``run.log``); ``samples_retried`` the samples logged again after a failed write;
+    ``failed_writes`` the writes that failed or timed out (each retried); ``samples_lost`` what
+    was given up (said in a warning each time)."""
 
     spans_received: int = 0
     log_events_received: int = 0
@@ -48,6 +56,8 @@ class ExportStats:
     conversion_errors: int = 0
     evicted_samples: int = 0
     already_stored: int = 0
+    samples_retried: int = 0
+    failed_writes: int = 0
 
 
 def _order_key(value: Any) -> tuple[int, float, str]:
@@ -63,6 +73,14 @@ def _order_key(value: Any) -> tuple[int, float, str]:
 def sample_order(sample: Sample) -> tuple[tuple[int, float, str], tuple[int, float, str]]:
     """Sort key of a sample within its step: (``sample_index``, ``rollout_n``), any types."""
     return (_order_key(sample.identity.sample_index), _order_key(sample.identity.rollout_n))
+
+
+@dataclass(slots=True)
+class _Unwritten:
+    """A sample handed to ``run.log`` whose write to storage has not succeeded yet."""
+
+    sample: Sample
+    trace: TraceDict
 
 
 class TracePipeline:
@@ -103,11 +121,16 @@ class TracePipeline:
         self._timer: threading.Thread | None = None
         self._timer_due: float | None = None
         self._wake = threading.Event()
-        # While a spool drainer replays entries after a crash: samples already in Trackio.
-        self.already_stored: Callable[[Sample], bool] | None = None
-        self._warn = Warnings()
-        # Samples logged since storage was last written (lost if that write fails).
-        self._unwritten = 0
+        # A spool drainer's check of replayed samples against Trackio's storage: the sample
+        # to log (maybe only its spans not stored yet), or None when it is stored already.
+        self.stored_filter: Callable[[Sample], Sample | None] | None = None
+        self._warn = Warnings(every_seconds=10.0)
+        # Samples handed to run.log since storage was last written, kept until it is; after a
+        # failure Trackio reported, they are logged again (minus what its storage holds).
+        self._unwritten: list[_Unwritten] = []
+        self._log_again = False
+        self._failing_since: float | None = None
+        self.write_timeout_seconds = 30.0
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -185,7 +208,7 @@ class TracePipeline:
             self._schedule()
             # Write them now (the caller's export thread): an export that returned SUCCESS
             # survives a crash, and a disk that is full or read-only shows up as a failure.
-            return self._write(30.0 if timeout_seconds is None else timeout_seconds) and logged
+            return self._write(self._write_timeout(timeout_seconds)) and logged
         except Exception as exc:  # noqa: BLE001 - export() must never raise
             self.stats.failed_exports += 1
             self._warn("export", f"export failed: {exc!r}")
@@ -213,7 +236,7 @@ class TracePipeline:
             try:
                 logged = self._log(self._drain())
                 self._schedule()
-                if not (self._write(30.0) and logged):
+                if not (self._write(self.write_timeout_seconds) and logged):
                     self.stats.failed_exports += 1
             except Exception as exc:  # noqa: BLE001 - never fail the caller that let go
                 self.stats.failed_exports += 1
@@ -244,6 +267,15 @@ class TracePipeline:
                 self._flush_all(timeout_seconds)
             elif acquired:
                 self._write(timeout_seconds)
+            if acquired and self._unwritten and flush:
+                # Nothing keeps them past this point (a spool, flush=False, replays them).
+                self.stats.samples_lost += len(self._unwritten)
+                self._warn(
+                    "shutdown-lost",
+                    f"shutdown: Trackio's storage still fails; {len(self._unwritten)} samples "
+                    f"lost ({self.stats.samples_lost} so far)",
+                )
+                self._unwritten = []
             else:
                 self._warn(
                     "shutdown",
@@ -259,6 +291,35 @@ class TracePipeline:
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
         return self._closed
+
+    @property
+    def unwritten_samples(self) -> int:
+        """Samples logged but not yet written to storage (a failed or timed-out write)."""
+        return len(self._unwritten)
+
+    @property
+    def failing_since(self) -> float | None:
+        """When (monotonic) writes to storage started failing; None while they succeed."""
+        return self._failing_since
+
+    def retry_writes(self, timeout_seconds: float | None = None) -> bool:
+        """Try again to write what a failed or timed-out write left (True: nothing is left).
+        Never raises."""
+        wait = self.write_timeout_seconds if timeout_seconds is None else timeout_seconds
+        if not self._lock.acquire(timeout=max(0.0, wait)):
+            return False
+        try:
+            return self._write(wait)
+        except Exception as exc:  # noqa: BLE001 - a retry must not kill its caller
+            self._warn("storage", f"retrying the write failed: {exc!r}")
+            return False
+        finally:
+            self._unlock()
+
+    def _write_timeout(self, timeout_seconds: float | None) -> float:
+        if timeout_seconds is None:
+            return self.write_timeout_seconds
+        return min(timeout_seconds, self.write_timeout_seconds)
 
     # -- the expiry timer ---------------------------------------------------------------------
 
@@ -332,8 +393,8 @@ class TracePipeline:
             return True
         by_step: dict[int, list[tuple[Sample, TraceDict]]] = {}
         evicted = 0
-        if self.already_stored is not None:
-            fresh = [s for s in samples if not self.already_stored(s)]
+        if self.stored_filter is not None:
+            fresh = [kept for kept in map(self.stored_filter, samples) if kept is not None]
             self.stats.already_stored += len(samples) - len(fresh)
             samples = fresh
         for sample in samples:
@@ -341,10 +402,8 @@ class TracePipeline:
             # Hand the GIL over between samples: a rollout thread waking from a model call
             # would otherwise wait up to the interpreter's 5 ms switch interval for it.
             time.sleep(0)
-            if sample.identity.partial:
-                self.stats.partial_samples += 1
-                if sample.identity.partial_reason == "capacity":
-                    evicted += 1
+            if sample.identity.partial_reason == "capacity":
+                evicted += 1
         if evicted:
             self.stats.evicted_samples += evicted
             self._warn(
@@ -357,21 +416,20 @@ class TracePipeline:
             # In sample order: Trackio numbers a log call's Traces (the ``:N`` chip) as listed.
             converted.sort(key=lambda pair: sample_order(pair[0]))
             traces = [trace for _, trace in converted]
+            self._unwritten.extend(_Unwritten(sample, trace) for sample, trace in converted)
             try:
                 self.sink.log_traces(self.settings.key, traces, step)
             except Exception as exc:  # noqa: BLE001
-                self.stats.samples_lost += len(traces)
                 self.stats.failed_exports += 1
+                self._log_again = True  # kept: logged again with the next write
                 self._warn(
                     "log",
-                    f"trackio log at step {step} failed: {exc!r}; {len(traces)} samples lost "
-                    f"({self.stats.samples_lost} so far)",
+                    f"trackio log at step {step} failed: {exc!r}; {len(traces)} samples kept "
+                    "to be logged again",
                 )
                 ok = False
                 continue
             self.stats.log_calls += 1
-            self.stats.samples_logged += len(traces)
-            self._unwritten += len(traces)
             _steps.note_step(step)
         return ok
 
@@ -384,31 +442,109 @@ class TracePipeline:
             return bare_trace(sample, repr(exc))
 
     def _write(self, timeout_seconds: float) -> bool:
-        """Make what was logged durable in Trackio's storage; a failed write counts the samples
-        logged since the last good write as lost, and warns."""
+        """Make what was logged durable in Trackio's storage (lock held). On success the
+        samples count as logged. A failed or timed-out write keeps them for the next write
+        (warned, repeatedly, with how many wait and for how long): after a failure Trackio
+        reported (it dropped the batch), they are first looked up in its storage and logged
+        again, minus the spans stored already."""
         if not self._unwritten:
             return True
+        failures = ""
         try:
-            ok = self.sink.flush(max(0.0, timeout_seconds))
+            ok, failures = self._flush_sink(timeout_seconds)
+            if ok and self._log_again:
+                ok = self._relog()
+                if ok:
+                    ok, failures = self._flush_sink(timeout_seconds)
         except Exception as exc:  # noqa: BLE001 - flushing must not crash the user's program
-            ok = False
-            failures = repr(exc)
-        else:
-            failures = ", ".join(sorted(self.sink.last_failures)) or "timed out"
+            ok, failures = False, repr(exc)
+            self._log_again = True
         if ok:
-            self._unwritten = 0
+            written = self._unwritten
+            self._unwritten = []
+            self._log_again = False
+            self.stats.samples_logged += len(written)
+            self.stats.partial_samples += sum(1 for u in written if u.sample.identity.partial)
+            if self._failing_since is not None:
+                _logger.warning(
+                    "otel-trackio: Trackio's storage takes writes again after %.0f s; "
+                    "%d samples kept meanwhile are stored",
+                    time.monotonic() - self._failing_since,
+                    len(written),
+                )
+                self._failing_since = None
             return True
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+        self.stats.failed_writes += 1
         self.stats.failed_exports += 1
-        if failures != "timed out":
-            self.stats.samples_lost += self._unwritten
-            self._unwritten = 0
+        self._drop_past_bound()
         self._warn(
             "storage",
-            f"Trackio could not write to its storage ({failures}); "
-            f"{self.stats.samples_lost} samples lost so far "
-            f"({self.stats.samples_logged} logged by this exporter)",
+            f"Trackio could not write to its storage ({failures or 'timed out'}) for "
+            f"{time.monotonic() - self._failing_since:.0f} s; {len(self._unwritten)} samples "
+            "kept and retried (nothing acknowledged is given up; "
+            f"{self.stats.samples_logged} stored so far)",
         )
         return False
+
+    def _flush_sink(self, timeout_seconds: float) -> tuple[bool, str]:
+        """(the sink's flush succeeded, what failed). A failure Trackio reported means it
+        dropped what it was writing: log it again next time."""
+        if self.sink.flush(max(0.0, timeout_seconds)):
+            return True, ""
+        failures = ", ".join(sorted(self.sink.last_failures))
+        if failures:
+            self._log_again = True
+        return False, failures or "timed out"
+
+    def _relog(self) -> bool:
+        """Log again the kept samples Trackio dropped, minus the spans its storage holds
+        (False when storage cannot be read now: tried again later)."""
+        by_step: dict[int, list[_Unwritten]] = {}
+        for kept in self._unwritten:
+            by_step.setdefault(kept.sample.identity.step, []).append(kept)
+        again: list[_Unwritten] = []
+        stored_now: list[_Unwritten] = []
+        for step, kept_at_step in by_step.items():
+            stored = stored_span_ids(self.sink, self.settings.key, step)
+            if stored is None:
+                return False
+            to_log: list[_Unwritten] = []
+            for kept in kept_at_step:
+                remaining = missing_spans(kept.sample, stored)
+                if remaining is None:
+                    stored_now.append(kept)
+                elif remaining is kept.sample:
+                    to_log.append(kept)
+                else:
+                    to_log.append(_Unwritten(remaining, self._convert(remaining)))
+            if to_log:
+                to_log.sort(key=lambda kept: sample_order(kept.sample))
+                self.sink.log_traces(self.settings.key, [k.trace for k in to_log], step)
+                self.stats.log_calls += 1
+                self.stats.samples_retried += len(to_log)
+            again.extend(to_log)
+        self._unwritten = stored_now + again
+        self._log_again = False
+        return True
+
+    def _drop_past_bound(self) -> None:
+        """In process, where nothing else keeps them: past ``max_buffered_spans`` spans of kept
+        samples, the oldest are given up (counted lost and warned)."""
+        bound = self.settings.max_buffered_spans
+        held = sum(len(kept.sample.spans) for kept in self._unwritten)
+        dropped = 0
+        while self._unwritten and held > bound:
+            held -= len(self._unwritten.pop(0).sample.spans)
+            dropped += 1
+        if dropped:
+            self.stats.samples_lost += dropped
+            self._warn(
+                "lost",
+                f"Trackio's storage failing: {dropped} samples given up past the bound of "
+                f"{bound} kept spans ({self.stats.samples_lost} lost so far)",
+            )
 
     def buffered_items(self) -> list[object]:
         """Every span record and GenAI event record waiting here: spans buffered for a root
@@ -417,7 +553,9 @@ class TracePipeline:
         self._lock.acquire()
         try:
             items: list[object] = []
-            for record in self.assembler.records():
+            records = list(self.assembler.records())
+            records.extend(span for kept in self._unwritten for span in kept.sample.spans)
+            for record in records:
                 items.append(record)
                 items.extend(record.events)
             items.extend(event.event for event in self.assembler.waiting_events())

@@ -406,10 +406,11 @@ class TrackioSink:
             _forget_active_run(owned.run)
 
 
-def stored_span_sets(sink: TrackioSink, key: str, step: int) -> set[frozenset[str]]:
-    """The span ids of each Trace stored under ``key`` at ``step`` in the sink's run (to tell a
-    sample already logged before a crash). Empty for a remote run (Trackio server or Space):
-    its storage cannot be read here, so a crash there can log a sample twice."""
+def stored_span_ids(sink: TrackioSink, key: str, step: int) -> set[str] | None:
+    """The span ids (16 hex digits) of every Trace stored under ``key`` at ``step`` in the
+    sink's run: to tell which spans of a replayed or retried sample are stored already. None
+    when storage cannot be read now (try again later); empty for a remote run (Trackio server
+    or Space), whose storage cannot be read here, so a crash there can log a sample twice."""
     if is_remote(sink.run):
         _lost(
             "local storage for this run",
@@ -419,16 +420,19 @@ def stored_span_sets(sink: TrackioSink, key: str, step: int) -> set[frozenset[st
     from trackio.sqlite_storage import SQLiteStorage
 
     try:
+        if sink.run_name not in SQLiteStorage.get_runs(sink.project):
+            return set()
         rows = SQLiteStorage.get_traces(sink.project, sink.run_name, step=step)
-    except Exception as exc:  # noqa: BLE001 - no lookup: log it (a duplicate beats a loss)
+    except Exception as exc:  # noqa: BLE001 - unreadable now: the caller retries
         _logger.warning("otel-trackio: could not read stored traces: %r", exc)
-        return set()
-    out: set[frozenset[str]] = set()
+        return None
+    out: set[str] = set()
     for row in rows:
         if row.get("key") != key:
             continue
-        spans = row.get("spans") or []
-        out.add(frozenset(str(s.get("id")) for s in spans if isinstance(s, Mapping)))
+        for span in row.get("spans") or []:
+            if isinstance(span, Mapping):
+                out.add(str(span.get("id")))
     return out
 
 

@@ -97,7 +97,9 @@ class OffloadClient:
         self.path = (
             run_folder / f"{_safe(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         )
-        self.producer = Producer(self.path, int(settings.spool_max_mb * 1024 * 1024))
+        self.producer = Producer(
+            self.path, int(settings.spool_max_mb * 1024 * 1024), fsync=settings.spool_fsync
+        )
         config = WriterConfig(settings, sink.project, sink.run_name, os.getpid(), run_id(sink.run))
         with open(self.path / CONFIG_FILE, "wb") as handle:
             pickle.dump(config, handle)

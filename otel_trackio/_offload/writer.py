@@ -121,14 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for left in abandoned(path):  # what writers that died with their process left
             with contextlib.suppress(RuntimeError):  # someone else took it meanwhile
-                leftover = Drainer(left, lambda route: own, open_roots=registry)
+                leftover = Drainer(
+                    left, lambda route: own, open_roots=registry, fsync=settings.spool_fsync
+                )
                 leftover.run(stop, producer_gone=lambda: True)
                 finished = not stop.is_set()
                 leftover.close()
                 if finished:
                     pipeline.flush()
                     shutil.rmtree(left, ignore_errors=True)
-        drainer = Drainer(path, lambda route: own, open_roots=registry)
+        drainer = Drainer(
+            path, lambda route: own, open_roots=registry, fsync=settings.spool_fsync
+        )
         drainer.run(stop, producer_gone=lambda: orphaned or _parent_gone(config.parent_pid))
         done = not stop.is_set()
         if done:

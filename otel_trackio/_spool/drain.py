@@ -1,15 +1,25 @@
 """The drain loop: spool entries → the span pipeline (and metric exporters), crash-safe.
 
+The invariant: an entry is checkpointed past and deleted only when every sample it contributed
+to is durably in Trackio's storage, or is still held in memory *and* the checkpoint keeps that
+entry for a replay.
+
 Each cycle reads a run of entries, marks them *in flight* in the checkpoint, hands them over, then
 checkpoints where it is and which entry is the oldest whose spans are still only in memory (spans
-waiting for their sample's root, samples in their grace period). Segments older than that are
-deleted: everything in them is durable in Trackio.
+waiting for their sample's root, samples in their grace period, samples whose write to storage
+failed). Segments older than that are deleted: everything in them is durable in Trackio.
+
+A failed or timed-out write stops the cycle: the drainer backs off (0.5 s doubling to 30 s) and
+retries the write, warning how far behind it is, and reports itself :attr:`Drainer.stalled` (the
+receiver answers 503 meanwhile). A checkpoint that cannot be written (disk full, read-only) is
+the same: retried, counted, warned, never a dead thread.
 
 After a crash (the drainer killed), the next drainer replays from that oldest entry, so the spans
-that were only in memory come back. Samples completed while replaying entries that the previous
-drainer had handed over (up to its in-flight mark) may already be in Trackio: each is looked up
-in Trackio's storage first and logged only when it is not there. So nothing is lost and nothing
-is logged twice.
+that were only in memory come back. Every sample holding a span of an entry the previous drainer
+had handed over (up to its in-flight mark; every entry present when the checkpoint is missing or
+unreadable) is checked against Trackio's storage by span id when it is released, whenever that
+is: only its spans not stored yet are logged (as a continuation when some were). So nothing is
+lost and nothing is logged twice.
 """
 
 from __future__ import annotations
@@ -22,22 +32,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from otel_trackio._core.samples import Sample
+from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
-from otel_trackio._engine.sink import stored_span_sets
+from otel_trackio._engine.sink import stored_span_ids
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool import codec
 from otel_trackio._spool.segments import (
+    FSYNC_POLICIES,
     Checkpoint,
     Entry,
     Lock,
     Position,
     Reader,
     delete_before,
+    end_of_spool,
     load_checkpoint,
     save_checkpoint,
+    sync_segments,
 )
+
+BACKOFF_SECONDS = (0.5, 30.0)
+"""The drainer's wait before retrying a failed write or checkpoint: from the first, doubling,
+up to the second."""
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -54,20 +71,33 @@ class Destination(Protocol):
 
 
 class AlreadyStored:
-    """During recovery: is this sample already in Trackio? (looked up per step, once)."""
+    """After a crash: which spans of a released sample are in Trackio's storage already.
 
-    def __init__(self, pipeline: TracePipeline) -> None:
+    Asked for every sample a pipeline releases (installed for the drainer's life): a sample
+    holding a span of a replayed entry is looked up by span id in the storage of its step (once
+    per step), whatever grouping, grace period or TTL released it; only its spans not stored
+    are logged (a continuation when some were). Samples of new data pass untouched.
+    """
+
+    def __init__(self, pipeline: TracePipeline, replayed: set[int]) -> None:
         self._pipeline = pipeline
-        self._by_step: dict[int, set[frozenset[str]]] = {}
+        self._replayed = replayed  # span ids of replayed entries, shared by a drainer's routes
+        self._by_step: dict[int, set[str]] = {}
 
-    def __call__(self, sample: Sample) -> bool:
+    def __call__(self, sample: Sample) -> Sample | None:
+        if not self._replayed or not any(s.span_id in self._replayed for s in sample.spans):
+            return sample
         step = sample.identity.step
         stored = self._by_step.get(step)
         if stored is None:
-            sink = self._pipeline.sink
-            stored = stored_span_sets(sink, self._pipeline.settings.key, step)
+            pipeline = self._pipeline
+            stored = stored_span_ids(pipeline.sink, pipeline.settings.key, step)
+            if stored is None:
+                return sample  # unreadable: a duplicate beats a loss
             self._by_step[step] = stored
-        return frozenset(f"{s.span_id:016x}" for s in sample.spans) in stored
+        for span in sample.spans:
+            self._replayed.discard(span.span_id)
+        return missing_spans(sample, stored)
 
 
 @dataclass(slots=True)
@@ -79,6 +109,8 @@ class DrainStats:
     flushes: int = 0
     torn_entries: int = 0
     replayed_entries: int = 0
+    failed_checkpoints: int = 0
+    stalls: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -91,6 +123,9 @@ class Drainer:
         open_roots: where the open sample roots a flush request carries are registered (the
             pipelines look them up when they log samples early).
         cycle_bytes: payload bytes handed over per cycle at most.
+        fsync: the spool's fsync policy (see :data:`~.segments.FSYNC_POLICIES`): anything
+            but ``never`` forces the segments a checkpoint covers, then the checkpoint, to
+            the disk.
     """
 
     def __init__(
@@ -100,7 +135,11 @@ class Drainer:
         *,
         open_roots: OpenSampleRegistry | None = None,
         cycle_bytes: int = 1024 * 1024,
+        fsync: str = "cycle",
     ) -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync policy {fsync!r}: expected one of {FSYNC_POLICIES}")
+        self._fsync = fsync != "never"
         self.path = Path(path)
         self._destination = destination
         self._open_roots = open_roots
@@ -112,7 +151,9 @@ class Drainer:
         checkpoint = load_checkpoint(self.path)
         first = self.reader.first_position()
         if checkpoint is None:
-            checkpoint = Checkpoint(oldest=first, processed=first)
+            # None yet, or unreadable (emptied or torn by a power loss): any entry present may
+            # have been handed over already, so all of them are checked against storage.
+            checkpoint = Checkpoint(oldest=first, processed=end_of_spool(self.path))
         self.flushed = checkpoint.flushed
         self.position = max(checkpoint.oldest, first)
         # Entries before this were handed over by a previous drainer: their samples may be
@@ -124,45 +165,69 @@ class Drainer:
         self._origin: dict[int, Position] = {}  # id(span record) -> the entry it came in
         self._saved_oldest: Position | None = None
         self._last_checkpoint = 0.0
+        self._replayed: set[int] = set()  # span ids of entries a previous drainer handed over
         self.stats = DrainStats()
         self.producer_closed = False
-        self._warn = Warnings()
+        self._warn = Warnings(every_seconds=10.0)
+        # Why the drain cannot move on now (a write or checkpoint failing), and since when.
+        self.stalled: str | None = None
+        self._stalled_since = 0.0
+        self._backoff = BACKOFF_SECONDS[0]
 
     # -- cycles --------------------------------------------------------------------------------
 
     def cycle(self, *, finished: bool = False, stop: threading.Event | None = None) -> int:
         """Hand over the next run of entries; returns how many. ``finished``: the producer is
         gone (an incomplete last entry is torn, not still being written). ``stop``: checked
-        between entries, so stopping waits for one entry at most."""
-        torn_before = self.reader.torn_entries + self.stats.torn_entries
+        between entries, so stopping waits for one entry at most. Stops early when a write to
+        storage fails (see :attr:`stalled`). Raises OSError when the checkpoint cannot be
+        written (nothing is handed over then)."""
+        torn_before = self.reader.torn_entries
         entries = self.reader.read(self.position, self._cycle_bytes, finished=finished)
+        torn = self.reader.torn_entries - torn_before
+        skipped = False
         if not entries and finished and self.reader.torn_tail is not None:
-            self.stats.torn_entries += 1
-            self.reader.torn_tail = None
-        torn = self.reader.torn_entries + self.stats.torn_entries - torn_before
+            # The producer died mid-append: skip the torn end once, and remember that.
+            torn += 1
+            self.position = self.reader.torn_end or self.position
+            self.reader.torn_tail = self.reader.torn_end = None
+            skipped = True
+        elif not entries and self.reader.reached > self.position:
+            self.position = self.reader.reached  # past a finished segment's torn end
+            skipped = True
         if torn:
+            self.stats.torn_entries += torn
             self._warn(
                 "torn",
                 f"{torn} spool entries in {self.path} were cut short by a process killed while "
-                "writing them: their data is lost (counted in torn_entries)",
+                f"writing them: their data is lost ({self.stats.torn_entries} so far)",
             )
         if not entries:
+            if skipped:
+                self._save()
             return 0
         self._save(inflight=entries[-1].end)
         handled = 0
         for entry in entries:
-            self._handle(entry)
+            ok = self._handle(entry)
             handled += 1
             self.position = entry.end
             if self._recovering_until is not None and self.position >= self._recovering_until:
-                self._set_recovering(False)
+                self._recovering_until = None
+            if not ok:
+                self._stall("Trackio's storage is not taking writes")
+                break
             if stop is not None and stop.is_set():
                 break
+        else:
+            self.position = max(self.position, self.reader.reached)
         self.stats.entries += handled
         self._save()
         return handled
 
-    def _handle(self, entry: Entry) -> None:
+    def _handle(self, entry: Entry) -> bool:
+        """Hand one entry over; False when a write to storage failed (the data is kept in
+        memory and its entry by the checkpoint; :meth:`retry` tries again)."""
         recovering = self._recovering_until is not None
         if recovering:
             self.stats.replayed_entries += 1
@@ -170,22 +235,24 @@ class Drainer:
             route, records = codec.decode_spans(entry.payload)
             target = self._destination(route)
             if target is None:
-                return
+                return True
             self._track(target.spans)
             for record in records:
                 self._origin[id(record)] = entry.start
+                if recovering:
+                    self._replayed.add(record.span_id)
             self.stats.spans += len(records)
-            target.spans.add(records, timeout_seconds=None)  # never give spooled data up
-        elif entry.kind == codec.EVENTS:
+            return target.spans.add(records, timeout_seconds=None)  # never give spooled data up
+        if entry.kind == codec.EVENTS:
             route, events = codec.decode_events(entry.payload)
             target = self._destination(route)
             if target is None:
-                return
+                return True
             self._track(target.spans)
             for event in events:
                 self._origin[id(event.event)] = entry.start
-            target.spans.add_events(events, timeout_seconds=None)
-        elif entry.kind == codec.EXPECT_LOGS:
+            return target.spans.add_events(events, timeout_seconds=None)
+        if entry.kind == codec.EXPECT_LOGS:
             target = self._destination((None, None))
             if target is not None:
                 target.spans.expect_log_events()
@@ -199,27 +266,63 @@ class Drainer:
         elif entry.kind == codec.FLUSH:
             number, roots = codec.decode_flush(entry.payload)
             if number <= self.flushed:
-                return  # served before a restart
+                return True  # served before a restart
             if self._open_roots is not None:
                 self._open_roots.update(roots)
+            ok = True
             for pipeline in self._pipelines:
-                pipeline.flush()
+                ok = pipeline.flush() and ok
             self.flushed = number
             self.stats.flushes += 1
+            return ok
         elif entry.kind == codec.CLOSE:
             self.producer_closed = True
+        return True
+
+    # -- stalls: a write or a checkpoint failing --------------------------------------------
+
+    def _stall(self, why: str) -> None:
+        if self.stalled is None:
+            self._stalled_since = time.monotonic()
+            self._backoff = BACKOFF_SECONDS[0]
+            self.stats.stalls += 1
+        self.stalled = why
+
+    def _unstall(self) -> None:
+        if self.stalled is not None:
+            _logger.warning(
+                "otel-trackio: the spool %s drains again after %.0f s",
+                self.path,
+                time.monotonic() - self._stalled_since,
+            )
+        self.stalled = None
+
+    def retry(self) -> bool:
+        """Try the failed writes and the checkpoint again; True when the drain can go on."""
+        for pipeline in self._pipelines:
+            if pipeline.unwritten_samples and not pipeline.retry_writes():
+                self._stall("Trackio's storage is not taking writes")
+                return False
+        self._save()  # raises OSError while the checkpoint cannot be written
+        self._unstall()
+        return True
+
+    def _report_stall(self) -> None:
+        waiting, behind = self.backlog()
+        kept = sum(p.unwritten_samples for p in self._pipelines)
+        self._warn(
+            "stalled",
+            f"the spool {self.path} is not draining for "
+            f"{time.monotonic() - self._stalled_since:.0f} s ({self.stalled}): {kept} samples "
+            f"kept in memory, {waiting} bytes ({behind or 0:.0f} s) waiting in the spool; "
+            f"retrying in {self._backoff:.1f} s",
+        )
 
     def _track(self, pipeline: TracePipeline) -> None:
         if pipeline not in self._pipelines:
             self._pipelines.append(pipeline)
             if self._recovering_until is not None:
-                pipeline.already_stored = AlreadyStored(pipeline)
-
-    def _set_recovering(self, on: bool) -> None:
-        if not on:
-            self._recovering_until = None
-            for pipeline in self._pipelines:
-                pipeline.already_stored = None
+                pipeline.stored_filter = AlreadyStored(pipeline, self._replayed)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -242,10 +345,16 @@ class Drainer:
             "samples_logged": sum(p.stats.samples_logged for p in self._pipelines),
             "partial_samples": sum(p.stats.partial_samples for p in self._pipelines),
             "samples_lost": sum(p.stats.samples_lost for p in self._pipelines),
+            "samples_retried": sum(p.stats.samples_retried for p in self._pipelines),
+            "failed_writes": sum(p.stats.failed_writes for p in self._pipelines),
             "already_stored": sum(p.stats.already_stored for p in self._pipelines),
-            "torn_entries": self.stats.torn_entries + self.reader.torn_entries,
+            "torn_entries": self.stats.torn_entries,
             "waiting_spans": sum(p.assembler.buffered_spans for p in self._pipelines),
         }
+        if self._fsync:
+            # The segments a checkpoint covers reach the disk before it does: after a power
+            # loss it never points past entries the disk lost.
+            sync_segments(self.path, oldest, max(self.position, inflight or self.position))
         save_checkpoint(
             self.path,
             Checkpoint(
@@ -255,6 +364,7 @@ class Drainer:
                 flushed=self.flushed,
                 stats=stats,
             ),
+            fsync=self._fsync,
         )
         self._last_checkpoint = time.monotonic()
         if inflight is None and oldest != self._saved_oldest:
@@ -262,7 +372,11 @@ class Drainer:
             self._saved_oldest = oldest
 
     def checkpoint_if_due(self, every_seconds: float = 0.5) -> None:
-        """Checkpoint while idle too: samples logged by the pipelines' timers free segments."""
+        """Checkpoint while idle too: samples logged by the pipelines' timers free segments.
+        A pipeline whose timer's write failed stalls the drain until it is retried."""
+        if any(p.unwritten_samples and p.failing_since for p in self._pipelines):
+            self._stall("Trackio's storage is not taking writes")
+            return
         if time.monotonic() - self._last_checkpoint >= every_seconds:
             self._save()
 
@@ -275,15 +389,37 @@ class Drainer:
         producer_gone: Callable[[], bool] = lambda: False,
         idle_seconds: float = 0.02,
     ) -> None:
-        """Drain until ``stop`` is set, or the producer closed or is gone and nothing is left."""
+        """Drain until ``stop`` is set, or the producer closed or is gone and nothing is left.
+        Nothing escapes: a failed write or checkpoint is retried with a growing wait (and
+        warned about, with how far behind the drain is), never a dead thread."""
         while not stop.is_set():
-            gone = producer_gone()
-            if self.cycle(finished=gone, stop=stop):
+            try:
+                if self.stalled is not None and not self.retry():
+                    self._wait_out_stall(stop)
+                    continue
+                gone = producer_gone()
+                if self.cycle(finished=gone, stop=stop):
+                    continue
+                if self.stalled is not None:
+                    continue
+                if self.producer_closed or gone:
+                    return
+                self.checkpoint_if_due()
+            except Exception as exc:  # the drain thread must never die
+                if isinstance(exc, OSError):
+                    self.stats.failed_checkpoints += 1
+                    self._stall(f"the checkpoint cannot be written: {exc!r}")
+                else:
+                    self._stall(f"{exc!r}")
+                    _logger.debug("otel-trackio: drain error", exc_info=True)
+                self._wait_out_stall(stop)
                 continue
-            if self.producer_closed or gone:
-                return
-            self.checkpoint_if_due()
             stop.wait(idle_seconds)
+
+    def _wait_out_stall(self, stop: threading.Event) -> None:
+        self._report_stall()
+        stop.wait(self._backoff)
+        self._backoff = min(BACKOFF_SECONDS[1], self._backoff * 2)
 
     def backlog(self) -> tuple[int, float | None]:
         """(bytes not handed over yet, seconds the oldest of them has waited)."""

@@ -8,11 +8,15 @@ Layout of a spool directory::
     producer.lock      flock held by the one producer process appending here
     drain.lock         flock held by the one drainer reading here
 
-One producer process (any number of its threads) appends; one drainer reads. An append is one
-``write`` to the OS: it survives the producer process being killed (not a power loss). A producer
-only creates segment N+1 once it has finished writing segment N, so a drainer that finds N+1 knows
-N is complete; a torn entry at the end of a finished segment (a producer killed mid-write) is
-skipped and counted. A segment is deleted once every span in it is durable in Trackio.
+One producer process (any number of its threads) appends; one drainer reads. An append (one
+entry, or the entries of one request as a unit) is one ``write`` to the OS and all-or-nothing: a
+write that fails half-way (disk full, file size limit) is cut back to the last whole entry before
+the error reaches the caller, so no acknowledged entry ever follows torn bytes. It survives the
+producer process being killed; a power loss is survived per the :data:`FSYNC_POLICIES`. A
+producer only creates segment N+1 once it has finished writing segment N, so a drainer that finds
+N+1 knows N is complete; a torn entry at the end of a finished segment (a producer killed
+mid-write) is skipped and counted once. A segment is deleted once every span in it is durable in
+Trackio.
 """
 
 from __future__ import annotations
@@ -33,6 +37,20 @@ HEADER = struct.Struct("<2sBBIIQ")  # magic, kind, flags, payload length, crc32,
 MAGIC = b"OT"
 SEGMENT_BYTES = 8 * 1024 * 1024
 _SUFFIX = ".seg"
+
+
+FSYNC_POLICIES = ("request", "cycle", "never")
+"""When the spool's bytes are forced to the disk (``fsync``):
+
+- ``request``: every append before it returns (before a request is acknowledged), and every
+  checkpoint: an acknowledged entry survives a power loss or a kernel crash.
+- ``cycle``: the checkpoint, with the segment bytes it covers, once per drain cycle: a power
+  loss keeps a checkpoint that matches the segments (never "replay everything" nor a checkpoint
+  past data the disk lost); entries acknowledged in the last moments before it (up to the OS's
+  write-back delay, about 30 s on Linux) can be lost.
+- ``never``: the OS writes back when it likes: process kills are survived, a power loss can
+  lose recent entries and leave the checkpoint ahead of them.
+"""
 
 
 class SpoolFull(Exception):
@@ -184,7 +202,10 @@ class Producer:
             about the bound plus one segment.
     """
 
-    def __init__(self, path: Path, max_bytes: int) -> None:
+    def __init__(self, path: Path, max_bytes: int, *, fsync: str = "cycle") -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync policy {fsync!r}: expected one of {FSYNC_POLICIES}")
+        self.fsync = fsync
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
@@ -202,12 +223,24 @@ class Producer:
         self._measured = time.monotonic()
         self.appended_entries = 0
         self.appended_bytes = 0
+        self.failed_appends = 0
         self.closed = False
 
     def append(self, kind: int, payload: bytes) -> None:
-        """Frame and append one entry (one write to the OS). Raises :class:`SpoolFull`."""
-        header = HEADER.pack(MAGIC, kind, 0, len(payload), zlib.crc32(payload), time.time_ns())
-        size = len(header) + len(payload)
+        """Frame and append one entry (one write to the OS). Raises :class:`SpoolFull`, or
+        the ``OSError`` of a failed write (nothing of the entry is left in the spool)."""
+        self.append_all([(kind, payload)])
+
+    def append_all(self, entries: list[tuple[int, bytes]]) -> None:
+        """Append several entries as one unit: all of them, or (on :class:`SpoolFull` or an
+        ``OSError``) none of them. One request's entries for several routes go in this way, so
+        a refused request never leaves part of itself behind to be stored twice on retry."""
+        now = time.time_ns()
+        buffers: list[bytes] = []
+        for kind, payload in entries:
+            buffers.append(HEADER.pack(MAGIC, kind, 0, len(payload), zlib.crc32(payload), now))
+            buffers.append(payload)
+        size = sum(len(b) for b in buffers)
         with self._lock:
             if self.closed:
                 raise RuntimeError("the spool producer is closed")
@@ -218,16 +251,38 @@ class Producer:
                     raise SpoolFull(
                         f"spool {self.path} holds {self._on_disk} bytes (bound {self.max_bytes})"
                     )
-            _write_all(self._file, header, payload)
+            try:
+                _write_all(self._file, *buffers)
+                if self.fsync == "request":
+                    os.fsync(self._file.fileno())
+            except OSError:
+                self.failed_appends += 1
+                self._undo_partial_write()
+                raise
             self._in_segment += size
             self._on_disk += size
-            self.appended_entries += 1
+            self.appended_entries += len(entries)
             self.appended_bytes += size
             if self._in_segment >= self._segment_bytes:
-                self._rotate()
+                # The entries are in: a segment that cannot be started now (a full or
+                # read-only folder) is tried again after the next append.
+                with contextlib.suppress(OSError):
+                    self._rotate()
             elif time.monotonic() - self._measured > 1.0:
-                self._on_disk = self._needed_bytes()
+                with contextlib.suppress(OSError):
+                    self._on_disk = self._needed_bytes()
                 self._measured = time.monotonic()
+
+    def _undo_partial_write(self) -> None:
+        """After a failed write: cut the segment back to its last whole entry; if that fails
+        too, leave the segment (its torn end is skipped once it is finished) for a new one."""
+        try:
+            os.ftruncate(self._file.fileno(), self._in_segment)
+            return
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            self._rotate()
 
     def _needed_bytes(self) -> int:
         """Bytes of the entries the drainer still needs (from its checkpoint's oldest on)."""
@@ -235,9 +290,14 @@ class Producer:
         return bytes_from(self.path, checkpoint.oldest if checkpoint else Position(0, 0))
 
     def _rotate(self) -> None:
+        """Start the next segment (open it first: when that fails, the current one goes on)."""
+        following = open(segment_path(self.path, self._seq + 1), "ab", buffering=0)
+        if self.fsync != "never":
+            with contextlib.suppress(OSError):
+                os.fsync(self._file.fileno())
         self._file.close()
         self._seq += 1
-        self._file = open(segment_path(self.path, self._seq), "ab", buffering=0)
+        self._file = following
         self._in_segment = 0
 
     def close(self) -> None:
@@ -250,9 +310,10 @@ class Producer:
         self._owner.release()
 
 
-def _write_all(handle: BinaryIO, header: bytes, payload: bytes) -> None:
+def _write_all(handle: BinaryIO, *data: bytes) -> None:
+    """Write every byte of ``data`` to ``handle`` (the spool's one write; raises OSError)."""
     fd = handle.fileno()
-    buffers = [memoryview(header), memoryview(payload)]
+    buffers = [memoryview(b) for b in data]
     while buffers:
         written = os.writev(fd, buffers)
         while buffers and written >= len(buffers[0]):
@@ -269,6 +330,9 @@ class Reader:
         self.path = Path(path)
         self.torn_entries = 0
         self.torn_tail: Position | None = None
+        self.torn_end: Position | None = None
+        # Where the last read got to: after its last entry, or past a torn end it skipped.
+        self.reached = Position(0, 0)
 
     def first_position(self) -> Position:
         """The start of the oldest segment present."""
@@ -278,11 +342,13 @@ class Reader:
     def read(self, start: Position, max_bytes: int, *, finished: bool = False) -> list[Entry]:
         """Complete entries from ``start`` on, up to about ``max_bytes`` of payload.
 
-        ``finished``: the producer is gone, so an incomplete entry at the very end is torn (it
-        is counted, and :meth:`skip_torn_tail` moves past it) rather than still being written.
+        ``finished``: the producer is gone, so an incomplete entry at the very end is torn: it
+        is recorded in :attr:`torn_tail` (where it starts, and :attr:`torn_end` where the
+        segment ends), for the drainer to skip once and persist, rather than waited for.
         """
         out: list[Entry] = []
         position: Position | None = self._present(start)
+        self.reached = start
         taken = 0
         finished_segment = False  # the segment at ``position`` is known to be complete
         while position is not None and taken < max_bytes:
@@ -297,6 +363,7 @@ class Reader:
             if following is None:
                 if finished and remainder:
                     self.torn_tail = position  # the producer died mid-append
+                    self.torn_end = Position(position.seq, position.offset + remainder)
                 break  # the producer may still be writing this segment: wait for more
             if remainder and not finished_segment:
                 # A later segment exists, so the producer finished this one: read it again.
@@ -305,6 +372,8 @@ class Reader:
             if remainder:
                 self.torn_entries += 1  # a finished segment ending in a torn or corrupt entry
             position, finished_segment = following, False
+        if position is not None:
+            self.reached = max(start, position)
         return out
 
     def _read_segment(self, position: Position, budget: int) -> tuple[list[Entry], Position, int]:
@@ -362,19 +431,66 @@ class Reader:
 
 
 def load_checkpoint(path: Path) -> Checkpoint | None:
-    """The spool's checkpoint, or None before the first one."""
+    """The spool's checkpoint, or None when there is none or it cannot be read (empty, torn:
+    the drainer then treats every entry present as possibly stored already)."""
     try:
         return Checkpoint.from_json((Path(path) / "checkpoint.json").read_text())
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return None
 
 
-def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
-    """Write the checkpoint atomically (a reader sees the old or the new one, never half)."""
+def save_checkpoint(path: Path, checkpoint: Checkpoint, *, fsync: bool = False) -> None:
+    """Write the checkpoint atomically (a reader sees the old or the new one, never half).
+    ``fsync``: on the disk before it replaces the old one (survives a power loss)."""
     target = Path(path) / "checkpoint.json"
     temporary = target.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(checkpoint.to_json())
-    os.replace(temporary, target)
+    try:
+        with open(temporary, "w") as handle:
+            handle.write(checkpoint.to_json())
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+    if fsync:
+        sync_directory(Path(path))
+
+
+def sync_directory(path: Path) -> None:
+    """Force a directory's entries (a rename, a new segment) to the disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def sync_segments(path: Path, start: Position, end: Position) -> None:
+    """Force the segments holding ``start``..``end`` to the disk (before a checkpoint that
+    covers them is)."""
+    for seq in segments(path):
+        if start.seq <= seq <= end.seq:
+            with contextlib.suppress(FileNotFoundError):
+                descriptor = os.open(segment_path(path, seq), os.O_RDONLY)
+                try:
+                    os.fsync(descriptor)
+                finally:
+                    os.close(descriptor)
+
+
+def end_of_spool(path: Path) -> Position:
+    """Where the last segment present ends (``Position(0, 0)`` for an empty spool)."""
+    present = segments(path)
+    if not present:
+        return Position(0, 0)
+    try:
+        size = segment_path(path, present[-1]).stat().st_size
+    except FileNotFoundError:
+        size = 0
+    return Position(present[-1], size)
 
 
 def delete_before(path: Path, seq: int) -> None:

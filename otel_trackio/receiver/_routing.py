@@ -4,9 +4,11 @@ A request's spans, GenAI log events and metrics are validated and decoded by the
 *appended to the receiver's spool* and answered at once; a drain thread feeds the spool into one
 span :class:`~otel_trackio._engine.pipeline.TracePipeline` (where log events join their spans) +
 :class:`TrackioMetricExporter` pair per (project, run), created lazily (both share one Trackio
-run). So a client never waits for Trackio, and when the spool is at its bound the request is
-refused with 503 and ``Retry-After`` (OTLP exporters retry) instead of data being dropped. What is
-not drained at shutdown stays in the spool and the next start with the same spool finishes it.
+run). So a client never waits for Trackio, and when the spool is at its bound — or the drain is
+stalled because Trackio's storage or the checkpoint cannot be written — the request is refused
+with 503 and ``Retry-After`` (OTLP exporters retry) instead of being acknowledged. A request's
+entries for several routes are appended as one unit: all kept, or none. What is not drained at
+shutdown stays in the spool and the next start with the same spool finishes it.
 """
 
 from __future__ import annotations
@@ -170,11 +172,13 @@ class Router:
         self._closed = False
         self.stats = ReceiverStats()
         self._stats_lock = threading.Lock()
-        self.producer = Producer(self.spool_path, int(chosen.spool_max_mb * 1024 * 1024))
+        self.producer = Producer(
+            self.spool_path, int(chosen.spool_max_mb * 1024 * 1024), fsync=chosen.spool_fsync
+        )
         try:
             self._names = self._load_names()
             self.default = self._route_for((project, name))
-            self._drainer = Drainer(self.spool_path, self._drain_target)
+            self._drainer = Drainer(self.spool_path, self._drain_target, fsync=chosen.spool_fsync)
         except BaseException:
             self.producer.close()
             raise
@@ -261,9 +265,18 @@ class Router:
 
     # -- data ------------------------------------------------------------------------------
 
-    def _append(self, kind: int, payload: bytes) -> None:
+    def _append(self, entries: list[tuple[int, bytes]]) -> None:
+        """Spool one request's entries, all or none; refuse (503) while the drain is stalled:
+        what is acknowledged then would wait behind a failure nobody can fix by retrying."""
+        stalled = self._drainer.stalled
+        if stalled is not None:
+            with self._stats_lock:
+                self.stats.refused_busy += 1
+            raise ReceiverBusy(f"the receiver cannot store data now ({stalled}), retry later")
+        if not entries:
+            return
         try:
-            self.producer.append(kind, payload)
+            self.producer.append_all(entries)
         except SpoolFull as exc:
             with self._stats_lock:
                 self.stats.refused_busy += 1
@@ -272,13 +285,15 @@ class Router:
             raise ReceiverUnavailable(f"the receiver cannot spool this request: {exc!r}") from None
 
     def export_spans(self, decoded: DecodedSpans) -> Outcome:
-        """Spool each route's span records; the drain thread logs them. Raises
-        :class:`ReceiverBusy` when the spool is full."""
+        """Spool each route's span records (one unit); the drain thread logs them. Raises
+        :class:`ReceiverBusy` when the spool is full or the drain stalled."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
+        entries = []
         for target, records in decoded.by_route.items():
             key = self._resolve(target, len(records), outcome)
             if key is not None:
-                self._append(codec.SPANS, codec.encode_records(records, key))
+                entries.append((codec.SPANS, codec.encode_records(records, key)))
+        self._append(entries)
         self._count(spans=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
@@ -287,11 +302,13 @@ class Router:
         other log records are only counted."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
         events = 0
+        entries = []
         for target, records in decoded.by_route.items():
             key = self._resolve(target, len(records), outcome)
             if key is not None:
                 events += len(records)
-                self._append(codec.EVENTS, codec.encode_events(records, key))
+                entries.append((codec.EVENTS, codec.encode_events(records, key)))
+        self._append(entries)
         self._count(logs=decoded.accepted, events=events, rejected=outcome.rejected)
         return outcome
 
@@ -309,12 +326,14 @@ class Router:
             )
             for target, data in decoded.by_route.items()
         }
+        entries = []
         for target, part in split_metrics(request).items():
             if target not in points:
                 continue  # nothing of it was accepted
             key = self._resolve(target, points[target], outcome)
             if key is not None:
-                self._append(codec.METRICS, codec.encode_metrics(key, part))
+                entries.append((codec.METRICS, codec.encode_metrics(key, part)))
+        self._append(entries)
         self._count(points=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
@@ -366,6 +385,14 @@ class Router:
             "log_events_unsampled": sum(p.spans.assembler.unsampled_events_dropped for p in routes),
             "samples": sum(p.spans.stats.samples_logged for p in routes),
             "partial": sum(p.spans.stats.partial_samples for p in routes),
+            "lost": sum(p.spans.stats.samples_lost for p in routes)
+            + self._drainer.stats.torn_entries,
+            "retried": sum(p.spans.stats.samples_retried for p in routes),
+            "retried_writes": sum(p.spans.stats.failed_writes for p in routes)
+            + self._drainer.stats.failed_checkpoints,
+            "already_stored": sum(p.spans.stats.already_stored for p in routes),
+            "unwritten": sum(p.spans.unwritten_samples for p in routes),
+            "torn_entries": self._drainer.stats.torn_entries,
             "waiting": sum(p.spans.assembler.held_samples for p in routes),
             "metrics": sum(p.metrics.stats.values_logged for p in routes),
             "rejected": stats.rejected_items + stats.rejected_requests,
@@ -441,8 +468,23 @@ class Summary:
         busy = f", {totals['busy']} requests refused busy (503)" if totals["busy"] else ""
         return (
             f"otel-trackio: {rate:.1f} spans/s, {totals['samples']} samples logged "
-            f"({totals['partial']} partial, {totals['waiting']} in their grace period), "
+            f"({totals['partial']} partial, {totals['waiting']} in their grace period"
+            f"{troubles(totals)}), "
             f"{totals['log_events']} GenAI log events of {totals['log_records']} log records, "
             f"{totals['metrics']} metrics logged, "
             f"{totals['rejected']} rejected, {totals['runs']} run(s){backlog}{busy}"
         )
+
+
+def troubles(totals: dict[str, Any]) -> str:
+    """ ", N lost, M retried, K not yet stored" for a summary or stop line (what is not 0)."""
+    parts = [
+        f"{totals[key]} {label}"
+        for key, label in (
+            ("lost", "lost"),
+            ("retried", "retried"),
+            ("unwritten", "not yet stored"),
+        )
+        if totals.get(key)
+    ]
+    return "".join(f", {part}" for part in parts)

@@ -252,7 +252,8 @@ class OTLPReceiver:
         )
         self._report(
             f"otel-trackio serve: stopped; {totals['spans']} spans, {totals['samples']} samples "
-            f"logged ({totals['partial']} partial), {totals['metrics']} metrics logged, "
+            f"logged ({totals['partial']} partial), {totals['lost']} lost, "
+            f"{totals['retried']} retried, {totals['metrics']} metrics logged, "
             f"{totals['rejected']} rejected{left}"
         )
         try:

@@ -1,0 +1,586 @@
+"""The spool's promise under ordinary faults: nothing acknowledged is lost or stored twice.
+
+One test per row of issue #21's table. Each starts from a fresh spool (and, where the fault is
+in Trackio's folder, a fresh ``TRACKIO_DIR``), drives the receiver through the official OTLP
+exporter (or ``otel-trackio serve`` / ``otel-trackio drain`` subprocesses), makes one thing fail
+where it happens — the storage write, the append, the checkpoint, the lock, a kill while samples
+are held — and then counts what is in Trackio storage by (step, sample_index), duplicates
+included. "Acknowledged" is what the client was told was taken: ``export()`` returned SUCCESS.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import read_traces
+from fault_tally import tally
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_trackio._spool import segments as spool_segments
+from otel_trackio._spool.segments import HEADER, MAGIC, load_checkpoint
+
+REPO = Path(__file__).resolve().parent.parent
+SERVE = [sys.executable, "-m", "otel_trackio", "serve", "--port", "0", "--summary-seconds", "0"]
+SETPRIV = shutil.which("setpriv")
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float = 90.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
+        time.sleep(0.05)
+
+
+def _spans(
+    step: int, indexes: Sequence[int], *, resource: Resource | None = None, children: int = 1
+) -> list[ReadableSpan]:
+    """Finished SDK spans of whole samples (a root and ``children`` model calls each)."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=resource or Resource.create({}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("rollout")
+    for index in indexes:
+        with tracer.start_as_current_span(
+            "rollout", attributes={"step": step, "sample_index": index}
+        ):
+            for _ in range(children):
+                with tracer.start_as_current_span("generate"):
+                    pass
+    return list(memory.get_finished_spans())
+
+
+def _send(url: str, spans: Sequence[ReadableSpan], timeout: float = 20.0) -> bool:
+    """Export with the official OTLP/HTTP exporter (it retries 429/503); True = acknowledged."""
+    exporter = OTLPSpanExporter(endpoint=url + "/v1/traces", timeout=timeout)
+    try:
+        return exporter.export(spans).name == "SUCCESS"
+    finally:
+        exporter.shutdown()
+
+
+def _keys(spans: Sequence[ReadableSpan]) -> set[tuple[int, int]]:
+    return {
+        (int(s.attributes["step"]), int(s.attributes["sample_index"]))  # type: ignore[index,arg-type]
+        for s in spans
+        if s.parent is None and s.attributes
+    }
+
+
+READ = (
+    "import json, sys\n"
+    "from trackio.sqlite_storage import SQLiteStorage\n"
+    "rows = SQLiteStorage.get_traces(sys.argv[1], sys.argv[2]) "
+    "if sys.argv[2] in SQLiteStorage.get_runs(sys.argv[1]) else []\n"
+    "print(json.dumps([{'step': t['step'], 'metadata': t['metadata'], 'spans': t['spans']} "
+    "for t in rows]))\n"
+)
+
+
+def _stored_rows(project: str, run: str, trackio_dir: str | None = None) -> list[dict[str, Any]]:
+    """The Traces stored for a run: read in this process, or (another ``TRACKIO_DIR``: Trackio
+    reads it once at import) in a child process."""
+    if trackio_dir is None:
+        return read_traces(project, run)
+    result = subprocess.run(
+        [sys.executable, "-c", READ, project, run],
+        env={**os.environ, "TRACKIO_DIR": trackio_dir},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return list(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+class Stored:
+    """What Trackio storage holds, by (step, sample_index): whole rows and continuations."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        samples = [
+            (int(r["step"]), r["metadata"].get("sample_index"))
+            for r in rows
+            if r["metadata"].get("partial_reason") != "late"
+        ]
+        self.counts: Counter[tuple[int, Any]] = Counter(samples)
+        self.span_ids = Counter(str(s["id"]) for r in rows for s in r["spans"])
+
+    @property
+    def keys(self) -> set[tuple[int, Any]]:
+        return set(self.counts)
+
+    @property
+    def duplicates(self) -> int:
+        """Samples stored more than once, and spans stored in more than one row."""
+        return sum(n - 1 for n in self.counts.values()) + sum(n - 1 for n in self.span_ids.values())
+
+
+def _check(
+    kind: str, acknowledged: set[tuple[int, int]], stored: Stored, *, spans_each: int = 2
+) -> None:
+    """Every acknowledged sample stored once, whole; the fault tally counts the losses."""
+    tally.tried(kind, len(acknowledged))
+    missing = acknowledged - stored.keys
+    tally.lost(kind, len(missing))
+    assert not missing, f"{len(missing)} acknowledged samples not stored: {sorted(missing)}"
+    assert stored.duplicates == 0, f"{stored.duplicates} duplicates: {stored.counts}"
+    by_key: Counter[tuple[int, Any]] = Counter()
+    for row in stored.rows:
+        by_key[(int(row["step"]), row["metadata"].get("sample_index"))] += len(row["spans"])
+    short = {k: n for k, n in by_key.items() if k in acknowledged and n != spans_each}
+    assert not short, f"samples with spans missing: {short}"
+
+
+class Server:
+    """``otel-trackio serve`` in a child process; its output is collected as it comes."""
+
+    def __init__(
+        self,
+        project: str,
+        trackio_dir: str,
+        spool: Path,
+        *args: str,
+        name: str = "r",
+        confined: bool = False,
+    ) -> None:
+        command = [*SERVE, "--project", project, "--name", name, "--spool", str(spool), *args]
+        if confined:
+            # root ignores file permissions: drop the capabilities that let it, so a read-only
+            # folder is read-only for the server as for any user
+            command = [
+                str(SETPRIV),
+                "--bounding-set",
+                "-dac_override,-dac_read_search,-fowner",
+                "--",
+                *command,
+            ]
+        self.process = subprocess.Popen(
+            command,
+            env={**os.environ, "TRACKIO_DIR": trackio_dir},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
+        self.lines: list[str] = []
+        ready = threading.Event()
+        self.url = ""
+
+        def read() -> None:
+            assert self.process.stdout is not None
+            for line in self.process.stdout:
+                self.lines.append(line)
+                if "listening on" in line and not ready.is_set():
+                    self.url = line.split("listening on ")[1].split()[0]
+                    ready.set()
+            ready.set()
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+        ready.wait(120)
+        assert self.url, self.output
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        self.process.send_signal(sig)
+        self.process.wait(120)
+        self._reader.join(30)
+        return self.output
+
+
+@pytest.fixture
+def fresh_dir(tmp_path: Path) -> Iterator[str]:
+    """A Trackio folder of its own (made writable again at the end for the cleanup)."""
+    folder = tmp_path / "trackio"
+    folder.mkdir()
+    yield str(folder)
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def _read_only(folder: Path, on: bool) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        mode = path.stat().st_mode
+        writable = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+        path.chmod(mode | stat.S_IWUSR if on is False else mode & ~writable)
+
+
+def _confinement_works(tmp_path: Path) -> bool:
+    if os.geteuid() != 0:
+        return True
+    if SETPRIV is None:
+        return False
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    probe.chmod(0o555)
+    result = subprocess.run(
+        [
+            SETPRIV,
+            "--bounding-set",
+            "-dac_override,-dac_read_search,-fowner",
+            "--",
+            "touch",
+            str(probe / "x"),
+        ],
+        capture_output=True,
+    )
+    probe.chmod(0o755)
+    return result.returncode != 0
+
+
+# -- the storage write fails ---------------------------------------------------------------------
+
+
+def test_storage_lock_held_past_trackios_timeout_keeps_and_retries_the_entries(
+    project, fresh_dir, tmp_path
+):
+    """Another process holds the project's lock past Trackio's 10 s: the write fails, the
+    entries stay in the spool and are retried; the receiver stops acknowledging meanwhile."""
+    from trackio.utils import canonical_project_name
+
+    spool = tmp_path / "spool"
+    server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0")
+    acknowledged: set[tuple[int, int]] = set()
+    try:
+        first = _spans(0, range(5))
+        assert _send(server.url, first)
+        acknowledged |= _keys(first)
+        _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 5, what="first 5")
+        lock_path = Path(fresh_dir) / f"{canonical_project_name(project)}.lock"
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            held_since = time.monotonic()
+            for k in range(2):
+                batch = _spans(1 + k, range(5))
+                if _send(server.url, batch, timeout=5):
+                    acknowledged |= _keys(batch)
+            # Trackio gives up after 10 s of waiting for the lock; hold it past that.
+            _wait_until(lambda: time.monotonic() - held_since > 12.5, what="Trackio's timeout")
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        late = _spans(5, range(5))
+        assert _send(server.url, late, timeout=60)
+        acknowledged |= _keys(late)
+        _wait_until(
+            lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
+            what="every acknowledged sample",
+        )
+    finally:
+        output = server.stop()
+    assert server.process.returncode == 0, output
+    # The documented restart finds nothing left to do and logs nothing twice.
+    again = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0")
+    again.stop()
+    _check("storage-lock", acknowledged, Stored(_stored_rows(project, "r", fresh_dir)))
+    assert "retr" in output, output  # the failure and the retries were reported
+
+
+def test_trackio_dir_read_only_mid_run_keeps_the_data_and_the_counters_tell_the_truth(
+    project, fresh_dir, tmp_path
+):
+    if not _confinement_works(tmp_path):
+        pytest.skip("cannot make a folder read-only for this user")
+    spool = tmp_path / "spool"
+    server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0", confined=True)
+    acknowledged: set[tuple[int, int]] = set()
+    try:
+        first = _spans(0, range(5))
+        assert _send(server.url, first)
+        acknowledged |= _keys(first)
+        _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 5, what="first 5")
+        _read_only(Path(fresh_dir), True)
+        for k in range(2):
+            batch = _spans(1 + k, range(5))
+            if _send(server.url, batch, timeout=5):
+                acknowledged |= _keys(batch)
+        _wait_until(lambda: "storage" in server.output, what="the storage warning")
+        _read_only(Path(fresh_dir), False)
+        late = _spans(5, range(5))
+        assert _send(server.url, late, timeout=60)
+        acknowledged |= _keys(late)
+        _wait_until(
+            lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
+            what="every acknowledged sample",
+        )
+    finally:
+        _read_only(Path(fresh_dir), False)
+        output = server.stop()
+    stored = Stored(_stored_rows(project, "r", fresh_dir))
+    _check("read-only", acknowledged, stored)
+    stop_line = [line for line in output.splitlines() if "stopped;" in line][-1]
+    assert f" {len(stored.rows)} samples logged" in stop_line, stop_line  # what reached storage
+
+
+# -- the append fails half-way -------------------------------------------------------------------
+
+
+def _failing_writes(
+    monkeypatch: pytest.MonkeyPatch, fails: Callable[[int, bytes], bool]
+) -> list[int]:
+    """Make the spool's one write function fail like a full disk: it writes the first half of
+    what it was given, then raises ENOSPC, for the calls ``fails(number, data)`` picks."""
+    real = spool_segments._write_all
+    failed: list[int] = []
+    calls = [0]
+
+    def write(handle: Any, *buffers: bytes) -> None:
+        calls[0] += 1
+        data = b"".join(bytes(b) for b in buffers)
+        if fails(calls[0], data):
+            failed.append(calls[0])
+            os.write(handle.fileno(), data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(handle, *buffers)
+
+    monkeypatch.setattr(spool_segments, "_write_all", write)
+    return failed
+
+
+def test_a_short_write_at_append_is_undone_before_the_next_entry(
+    project, start_receiver, tmp_path, monkeypatch
+):
+    failed = _failing_writes(monkeypatch, lambda number, _: number == 2)
+    receiver = start_receiver(sample_grace_seconds=0, spool=tmp_path / "spool")
+    acknowledged: set[tuple[int, int]] = set()
+    for step in range(4):
+        batch = _spans(step, range(5))
+        assert _send(receiver.url, batch)  # the torn one was refused (503) and retried
+        acknowledged |= _keys(batch)
+    assert failed == [2]
+    receiver.stop()
+    _check("short-append", acknowledged, Stored(_stored_rows(project, "r")))
+    assert receiver.router.totals()["torn_entries"] == 0
+
+
+def test_one_request_for_two_runs_is_spooled_whole_or_not_at_all(
+    project, start_receiver, tmp_path, monkeypatch
+):
+    run_b = f"b-{uuid.uuid4().hex[:8]}"
+    refused = [False]
+
+    def second_route_once(_: int, data: bytes) -> bool:
+        if run_b.encode() in data and not refused[0]:
+            refused[0] = True
+            return True
+        return False
+
+    _failing_writes(monkeypatch, second_route_once)
+    receiver = start_receiver(sample_grace_seconds=0, spool=tmp_path / "spool")
+    spans_a = _spans(0, range(5), resource=Resource.create({"trackio.run": "a"}))
+    spans_b = _spans(0, range(5), resource=Resource.create({"trackio.run": run_b}))
+    assert _send(receiver.url, spans_a + spans_b)  # one request, two resources
+    assert refused[0]
+    receiver.stop()
+    _check("two-runs", _keys(spans_a), Stored(_stored_rows(project, "a")))
+    _check("two-runs", _keys(spans_b), Stored(_stored_rows(project, run_b)))
+
+
+# -- the checkpoint write fails ------------------------------------------------------------------
+
+
+def test_checkpoint_write_failing_neither_kills_the_drain_nor_loses_data(
+    project, fresh_dir, tmp_path
+):
+    if not _confinement_works(tmp_path):
+        pytest.skip("cannot make a folder read-only for this user")
+    spool = tmp_path / "spool"
+    server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0", confined=True)
+    acknowledged: set[tuple[int, int]] = set()
+    try:
+        first = _spans(0, range(2))
+        assert _send(server.url, first)
+        acknowledged |= _keys(first)
+        _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 2, what="first 2")
+        spool.chmod(0o555)  # no new file in the spool: the checkpoint cannot be written
+        try:
+            for step in range(1, 4):
+                batch = _spans(step, range(2))
+                if _send(server.url, batch, timeout=5):
+                    acknowledged |= _keys(batch)
+            _wait_until(lambda: "checkpoint" in server.output, what="the checkpoint warning")
+        finally:
+            spool.chmod(0o755)
+        late = _spans(9, range(2))
+        assert _send(server.url, late, timeout=60)
+        acknowledged |= _keys(late)
+        _wait_until(
+            lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
+            what="every acknowledged sample (the drain is alive)",
+        )
+    finally:
+        spool.chmod(0o755)
+        output = server.stop()
+    assert server.process.returncode == 0, output
+    _check("checkpoint", acknowledged, Stored(_stored_rows(project, "r", fresh_dir)))
+
+
+# -- a torn tail, kills and restarts -------------------------------------------------------------
+
+
+def test_drain_command_returns_past_a_torn_tail_and_counts_it_once(project, fresh_dir, tmp_path):
+    spool = tmp_path / "spool"
+    server = Server(
+        project, fresh_dir, spool, "--sample-grace-seconds", "60", "--drain-seconds", "0"
+    )
+    batch = _spans(0, range(1))
+    assert _send(server.url, batch)
+    _wait_until(lambda: (load_checkpoint(spool) or _never()).processed.offset > 0, what="drain")
+    server.stop()
+    last = max(spool.glob("*.seg"))
+    with open(last, "ab") as handle:  # a producer killed mid-write: a header and half a body
+        handle.write(HEADER.pack(MAGIC, 1, 0, 1000, 0, time.time_ns()) + b"x" * 300)
+    drained = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_trackio",
+            "drain",
+            "--project",
+            project,
+            "--name",
+            "r",
+            "--spool",
+            str(spool),
+        ],
+        env={**os.environ, "TRACKIO_DIR": fresh_dir},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=REPO,
+    )
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    assert "done" in drained.stdout
+    output = drained.stdout + drained.stderr
+    assert output.count("cut short") == 1, output  # warned once, counted once
+    _check("torn-tail", _keys(batch), Stored(_stored_rows(project, "r", fresh_dir)))
+
+
+def _never() -> Any:
+    raise AssertionError("no checkpoint yet")
+
+
+def _orphan_child() -> list[ReadableSpan]:
+    """One span whose sample root never comes: it keeps its spool entry open (replayed)."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("rollout")
+    root = tracer.start_span("rollout", attributes={"step": 99, "sample_index": 0})
+    with tracer.start_as_current_span("generate", context=_context_of(root)):
+        pass
+    return list(memory.get_finished_spans())  # the root is never ended
+
+
+def _context_of(span: Any) -> Any:
+    from opentelemetry import trace
+
+    return trace.set_span_in_context(span)
+
+
+def test_a_restart_after_a_kill_while_samples_are_held_logs_each_once(project, fresh_dir, tmp_path):
+    """Samples logged after an older entry that is still open (a span waiting for its root,
+    samples in their grace period) are replayed after a restart: none is logged twice."""
+    spool = tmp_path / "spool"
+    args = ("--sample-grace-seconds", "1", "--drain-seconds", "0")
+    server = Server(project, fresh_dir, spool, *args)
+    assert _send(server.url, _orphan_child())
+    acknowledged: set[tuple[int, int]] = set()
+    for step in range(4):
+        batch = _spans(step, range(5))
+        assert _send(server.url, batch)
+        acknowledged |= _keys(batch)
+    _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 20, what="20 stored")
+    held = _spans(7, range(5))  # in their grace period at the kill
+    assert _send(server.url, held)
+    acknowledged |= _keys(held)
+    server.stop(signal.SIGKILL)
+    again = Server(project, fresh_dir, spool, *args)  # the documented restart
+    _wait_until(
+        lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
+        what="the held samples",
+    )
+    # past every grace period of the replay: a second copy would be stored by now
+    time.sleep(2.5)
+    again.stop()
+    _check("restart-held", acknowledged, Stored(_stored_rows(project, "r", fresh_dir)))
+
+
+def test_a_replay_that_groups_spans_differently_logs_nothing_twice(project, fresh_dir, tmp_path):
+    """Before the kill a sample was logged as {root, child} and a late child as its
+    continuation; the replay, with a grace period, groups all three into one sample."""
+    spool = tmp_path / "spool"
+    server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0")
+    assert _send(server.url, _orphan_child())
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("rollout")
+    root = tracer.start_span("rollout", attributes={"step": 0, "sample_index": 3})
+    with tracer.start_as_current_span("generate", context=_context_of(root)):
+        pass
+    late_child = tracer.start_span("tool", context=_context_of(root))
+    root.end()
+    first = list(memory.get_finished_spans())
+    assert _send(server.url, first)  # the sample: root + generate
+    _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 1, what="the sample")
+    late_child.end()
+    assert _send(server.url, [memory.get_finished_spans()[-1]])  # its late span
+    _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 2, what="continuation")
+    server.stop(signal.SIGKILL)
+    again = Server(project, fresh_dir, spool, "--sample-grace-seconds", "1")
+    time.sleep(2.5)  # past the replay's grace period: a regrouped copy would be stored by now
+    again.stop()
+    stored = Stored(_stored_rows(project, "r", fresh_dir))
+    _check("regrouped", {(0, 3)}, stored, spans_each=3)
+    assert stored.counts == Counter({(0, 3): 1})
+
+
+# -- a timed-out write to storage ----------------------------------------------------------------
+
+
+def test_a_timed_out_storage_write_keeps_the_entries_until_they_are_written(
+    project, start_receiver, tmp_path
+):
+    spool = tmp_path / "spool"
+    receiver = start_receiver(sample_grace_seconds=0, spool=spool)
+    pipeline = receiver.router.default.spans
+    pipeline.write_timeout_seconds = 0.2
+    run_lock = pipeline.sink.run._client_lock  # Trackio's writer is busy for longer than that
+    acknowledged: set[tuple[int, int]] = set()
+    with run_lock:
+        batch = _spans(0, range(5))
+        assert _send(receiver.url, batch)
+        acknowledged |= _keys(batch)
+        _wait_until(lambda: receiver.router.totals()["retried_writes"] > 0, what="a timeout")
+        checkpoint = load_checkpoint(spool)
+        assert checkpoint is not None
+        first = min(spool.glob("*.seg"))
+        assert checkpoint.oldest.seq <= int(first.stem) and checkpoint.oldest.offset == 0
+    _wait_until(lambda: len(read_traces(project, "r")) >= 5, what="the retried write")
+    receiver.stop()
+    _check("write-timeout", acknowledged, Stored(_stored_rows(project, "r")))
