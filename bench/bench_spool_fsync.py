@@ -104,10 +104,13 @@ def main() -> None:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     ratio = request / never
-    print(f"one acknowledged append of {len(payload)} B: never/cycle {never * 1e6:.0f} us, "
-          f"request {request * 1e6:.0f} us ({ratio:.0f}x)")
-    print(f"one drain-cycle checkpoint: never {cycle_off * 1e3:.2f} ms, "
-          f"cycle {cycle_on * 1e3:.2f} ms")
+    print(
+        f"one acknowledged append of {len(payload)} B: never/cycle {never * 1e6:.0f} us, "
+        f"request {request * 1e6:.0f} us ({ratio:.0f}x)"
+    )
+    print(
+        f"one drain-cycle checkpoint: never {cycle_off * 1e3:.2f} ms, cycle {cycle_on * 1e3:.2f} ms"
+    )
     w.write_result(
         "13. spool fsync=request: an acknowledged append vs cycle (default)",
         f"{request * 1e6:.0f} us vs {never * 1e6:.0f} us ({ratio:.0f}x)",
