@@ -487,7 +487,10 @@ def test_a_run_whose_log_raises_makes_export_fail_without_raising(caplog):
         pass
     with caplog.at_level(logging.WARNING, logger="otel_trackio"):
         assert exporter.export(memory.get_finished_spans()) is SpanExportResult.FAILURE
-    assert "disk full" in caplog.text and "1 samples lost" in caplog.text
+        assert "disk full" in caplog.text and "1 samples kept" in caplog.text
+        assert exporter.stats.samples_lost == 0  # kept, retried with the next write
+        exporter.shutdown()
+    assert "1 samples lost" in caplog.text  # given up only at shutdown
     assert exporter.stats.samples_lost == 1
 
 

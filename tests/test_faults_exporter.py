@@ -63,7 +63,9 @@ class FlakyRun:
         return getattr(self._run, name)
 
 
-def test_log_raising_returns_failure_and_says_how_many_samples_were_lost(project, caplog):
+def test_log_raising_returns_failure_keeps_the_samples_and_stores_them_once_it_works(
+    project, caplog
+):
     run = trackio.init(project=project, name="flaky")
     flaky = FlakyRun(run)
     exporter = TrackioSpanExporter(run=flaky)
@@ -71,15 +73,16 @@ def test_log_raising_returns_failure_and_says_how_many_samples_were_lost(project
     tally.tried("exporter", 5)
     failed = exporter.export_records([s for i in range(3) for s in _sample(1, i)])
     assert failed is R.FAILURE
-    assert exporter.stats.samples_lost == 3
-    assert "3 samples lost" in caplog.text and "No space left" in caplog.text
+    assert exporter.stats.samples_lost == 0 and exporter.stats.samples_logged == 0
+    assert "3 samples kept" in caplog.text and "No space left" in caplog.text
     flaky.failing = False
     ok = exporter.export_records([s for i in range(2) for s in _sample(2, i)])
     assert ok is R.SUCCESS
+    assert exporter.stats.samples_logged == 5 and exporter.stats.samples_retried == 3
     exporter.shutdown()
     trackio.finish()
     stored = _stored_keys(project, "flaky")
-    assert stored == [(2, 0), (2, 1)]
+    assert sorted(stored) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
     tally.lost("exporter", 5 - len(stored) - exporter.stats.samples_lost)  # unreported losses
 
 

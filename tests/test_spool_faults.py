@@ -502,9 +502,13 @@ def _context_of(span: Any) -> Any:
     return trace.set_span_in_context(span)
 
 
-def test_a_restart_after_a_kill_while_samples_are_held_logs_each_once(project, fresh_dir, tmp_path):
+@pytest.mark.parametrize("checkpoint", ["kept", "emptied by a power loss"])
+def test_a_restart_after_a_kill_while_samples_are_held_logs_each_once(
+    project, fresh_dir, tmp_path, checkpoint
+):
     """Samples logged after an older entry that is still open (a span waiting for its root,
-    samples in their grace period) are replayed after a restart: none is logged twice."""
+    samples in their grace period) are replayed after a restart: none is logged twice — also
+    when the checkpoint came back empty (every entry present is then checked)."""
     spool = tmp_path / "spool"
     args = ("--sample-grace-seconds", "1", "--drain-seconds", "0")
     server = Server(project, fresh_dir, spool, *args)
@@ -519,6 +523,8 @@ def test_a_restart_after_a_kill_while_samples_are_held_logs_each_once(project, f
     assert _send(server.url, held)
     acknowledged |= _keys(held)
     server.stop(signal.SIGKILL)
+    if checkpoint != "kept":
+        (spool / "checkpoint.json").write_text("")
     again = Server(project, fresh_dir, spool, *args)  # the documented restart
     _wait_until(
         lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,

@@ -267,15 +267,16 @@ class TracePipeline:
                 self._flush_all(timeout_seconds)
             elif acquired:
                 self._write(timeout_seconds)
-            if acquired and self._unwritten and flush:
-                # Nothing keeps them past this point (a spool, flush=False, replays them).
+            if acquired and self._unwritten:
+                # In process nothing keeps them past this point; a spool's checkpoint still
+                # does (they stay in buffered_items() for its last checkpoint).
                 self.stats.samples_lost += len(self._unwritten)
                 self._warn(
                     "shutdown-lost",
                     f"shutdown: Trackio's storage still fails; {len(self._unwritten)} samples "
-                    f"lost ({self.stats.samples_lost} so far)",
+                    f"not stored ({self.stats.samples_lost} lost so far, unless a spool "
+                    "replays them)",
                 )
-                self._unwritten = []
             else:
                 self._warn(
                     "shutdown",

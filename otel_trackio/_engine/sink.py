@@ -343,8 +343,9 @@ class TrackioSink:
                 "own thread writes them within about 0.5 s, so a crash can lose that much",
             )
             return True
+        self.last_failures = set()
         if not lock.acquire(timeout=max(0.0, timeout_seconds)):
-            return False
+            return False  # timed out: what was logged is still queued in Trackio
         try:
             flush()
         finally:

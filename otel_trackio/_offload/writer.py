@@ -31,7 +31,7 @@ from pathlib import Path
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline, grace_seconds
 from otel_trackio._engine.sink import TrackioSink, join_run
-from otel_trackio._spool.drain import Drainer
+from otel_trackio._spool.drain import BACKOFF_SECONDS, Drainer
 from otel_trackio._spool.segments import is_locked
 from otel_trackio.settings import TrackioSettings
 
@@ -89,6 +89,18 @@ def _parent_gone(parent_pid: int) -> bool:
     return False
 
 
+def _stored(pipeline: TracePipeline, stop: threading.Event) -> bool:
+    """Log the open samples and wait until everything is in Trackio's storage (a failing write
+    is retried with a growing wait); False when stopped first (the spool keeps the rest)."""
+    wait = BACKOFF_SECONDS[0]
+    stored = pipeline.flush()
+    while not stored and not stop.is_set():
+        stop.wait(wait)
+        wait = min(BACKOFF_SECONDS[1], wait * 2)
+        stored = pipeline.retry_writes() and pipeline.flush()
+    return stored
+
+
 def main(argv: list[str] | None = None) -> int:
     """Drain one spool into Trackio until the rollout process closes it or is gone.
 
@@ -125,18 +137,17 @@ def main(argv: list[str] | None = None) -> int:
                     left, lambda route: own, open_roots=registry, fsync=settings.spool_fsync
                 )
                 leftover.run(stop, producer_gone=lambda: True)
-                finished = not stop.is_set()
+                finished = not stop.is_set() and _stored(pipeline, stop)
                 leftover.close()
                 if finished:
-                    pipeline.flush()
                     shutil.rmtree(left, ignore_errors=True)
         drainer = Drainer(
             path, lambda route: own, open_roots=registry, fsync=settings.spool_fsync
         )
         drainer.run(stop, producer_gone=lambda: orphaned or _parent_gone(config.parent_pid))
-        done = not stop.is_set()
-        if done:
-            pipeline.flush()  # a closed or dead producer: its open samples never end
+        # A closed or dead producer: its open samples never end; log them, and make sure
+        # everything is stored before the spool goes.
+        done = not stop.is_set() and _stored(pipeline, stop)
         drainer.close()
         if done and not drainer.producer_closed:
             # Its rollout process is gone and everything is in Trackio: nothing left to finish.

@@ -361,7 +361,12 @@ class Router:
         return self._drainer.backlog()
 
     def drained(self) -> bool:
-        """True when everything spooled was handed to the pipelines."""
+        """True when everything spooled was handed to the pipelines and what they logged is
+        in Trackio's storage (no write is failing)."""
+        if self._drainer.stalled is not None:
+            return False
+        if any(route.spans.unwritten_samples for route in self._open_routes()):
+            return False
         return self._drainer.backlog()[0] == 0
 
     def wait_drained(self, timeout_seconds: float) -> bool:
