@@ -19,6 +19,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -587,3 +588,69 @@ def test_a_timed_out_storage_write_keeps_the_entries_until_they_are_written(
     _wait_until(lambda: len(read_traces(project, "r")) >= 5, what="the retried write")
     receiver.stop()
     _check("write-timeout", acknowledged, Stored(_stored_rows(project, "r")))
+
+
+# -- a real full disk under the spool (a tiny tmpfs; needs root) ---------------------------------
+
+
+@pytest.fixture
+def tiny_disk() -> Iterator[Path]:
+    """A 1 MiB tmpfs to hold a spool; skipped where it cannot be mounted."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tiny tmpfs needs root")
+    folder = Path(tempfile.mkdtemp(prefix="otel-trackio-spool-disk-"))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        folder.rmdir()
+        pytest.skip(f"cannot mount tmpfs: {mounted.stderr.decode()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+        folder.rmdir()
+
+
+def _fill(disk: Path, leave: int) -> Path:
+    """Fill ``disk`` up, then free ``leave`` bytes: the next larger write stops short."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as handle:
+        while True:
+            try:
+                handle.write(b"\0" * 4096)
+            except OSError:
+                break
+        handle.truncate(max(0, handle.tell() - leave))
+    return filler
+
+
+def test_spool_disk_full_mid_append_refuses_then_stores_everything_once(
+    project, fresh_dir, tiny_disk
+):
+    spool = tiny_disk / "spool"
+    server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0")
+    acknowledged: set[tuple[int, int]] = set()
+    try:
+        first = _spans(0, range(5))
+        assert _send(server.url, first)
+        acknowledged |= _keys(first)
+        _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 5, what="first 5")
+        filler = _fill(tiny_disk, leave=8192)
+        big = _spans(1, range(60), children=3)  # about 30 KB: stops short after 8 KB
+        if _send(server.url, big, timeout=3):
+            acknowledged |= _keys(big)
+        filler.unlink()
+        late = _spans(2, range(5))
+        assert _send(server.url, late, timeout=60)
+        acknowledged |= _keys(late)
+        _wait_until(
+            lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
+            what="every acknowledged sample",
+        )
+    finally:
+        output = server.stop()
+    assert server.process.returncode == 0, output
+    stored = Stored(_stored_rows(project, "r", fresh_dir))
+    _check("disk-full", acknowledged - _keys(big), stored)
+    _check("disk-full", acknowledged & _keys(big), stored, spans_each=4)

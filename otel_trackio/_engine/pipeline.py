@@ -267,15 +267,19 @@ class TracePipeline:
                 self._flush_all(timeout_seconds)
             elif acquired:
                 self._write(timeout_seconds)
-            if acquired and self._unwritten:
-                # In process nothing keeps them past this point; a spool's checkpoint still
-                # does (they stay in buffered_items() for its last checkpoint).
+            if acquired and self._unwritten and flush:
+                # In process nothing keeps them past this point.
                 self.stats.samples_lost += len(self._unwritten)
                 self._warn(
                     "shutdown-lost",
                     f"shutdown: Trackio's storage still fails; {len(self._unwritten)} samples "
-                    f"not stored ({self.stats.samples_lost} lost so far, unless a spool "
-                    "replays them)",
+                    f"lost ({self.stats.samples_lost} samples lost in all)",
+                )
+            elif acquired and self._unwritten:
+                self._warn(
+                    "shutdown-kept",
+                    f"shutdown: Trackio's storage still fails; {len(self._unwritten)} samples "
+                    "not stored stay in the spool for the next start",
                 )
             else:
                 self._warn(

@@ -390,8 +390,7 @@ class Router:
             "log_events_unsampled": sum(p.spans.assembler.unsampled_events_dropped for p in routes),
             "samples": sum(p.spans.stats.samples_logged for p in routes),
             "partial": sum(p.spans.stats.partial_samples for p in routes),
-            "lost": sum(p.spans.stats.samples_lost for p in routes)
-            + self._drainer.stats.torn_entries,
+            "lost": sum(p.spans.stats.samples_lost for p in routes),
             "retried": sum(p.spans.stats.samples_retried for p in routes),
             "retried_writes": sum(p.spans.stats.failed_writes for p in routes)
             + self._drainer.stats.failed_checkpoints,
