@@ -166,8 +166,9 @@ class Server:
         *args: str,
         name: str = "r",
         confined: bool = False,
+        command: Sequence[str] = SERVE,
     ) -> None:
-        command = [*SERVE, "--project", project, "--name", name, "--spool", str(spool), *args]
+        command = [*command, "--project", project, "--name", name, "--spool", str(spool), *args]
         if confined:
             # root ignores file permissions: drop the capabilities that let it, so a read-only
             # folder is read-only for the server as for any user
@@ -654,3 +655,42 @@ def test_spool_disk_full_mid_append_refuses_then_stores_everything_once(
     stored = Stored(_stored_rows(project, "r", fresh_dir))
     _check("disk-full", acknowledged - _keys(big), stored)
     _check("disk-full", acknowledged & _keys(big), stored, spans_each=4)
+
+
+# -- still true: a receiver SIGKILLed mid-stream, a retrying client ------------------------------
+
+
+def test_receiver_sigkilled_mid_stream_with_a_retrying_client_stores_each_once(
+    project, fresh_dir, tmp_path
+):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    spool = tmp_path / "spool"
+    args = ("--sample-grace-seconds", "0")
+    # the same port after the restart
+    command = [sys.executable, "-m", "otel_trackio", "serve", "--summary-seconds", "0"]
+    server = Server(project, fresh_dir, spool, *args, "--port", port, command=command)
+    url = server.url
+    batches = [_spans(step, range(20)) for step in range(30)]
+    results: list[bool] = []
+
+    def client() -> None:
+        for batch in batches:  # the official exporter retries refused connections
+            results.append(_send(url, batch, timeout=90))
+
+    sender = threading.Thread(target=client)
+    sender.start()
+    _wait_until(lambda: len(results) >= 10, what="a third sent")
+    server.stop(signal.SIGKILL)
+    server = Server(project, fresh_dir, spool, *args, "--port", port, command=command)
+    sender.join(300)
+    _wait_until(
+        lambda: len(_stored_rows(project, "r", fresh_dir)) >= 600, what="every sample stored"
+    )
+    server.stop()
+    assert results == [True] * 30
+    acknowledged = set().union(*(_keys(batch) for batch in batches))
+    _check("receiver-kill", acknowledged, Stored(_stored_rows(project, "r", fresh_dir)))
