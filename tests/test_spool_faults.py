@@ -10,6 +10,7 @@ included. "Acknowledged" is what the client was told was taken: ``export()`` ret
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -25,6 +26,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
 
 from otel_trackio._spool import segments as spool_segments
 from otel_trackio._spool.segments import HEADER, MAGIC, load_checkpoint
@@ -55,14 +58,19 @@ def _wait_until(condition: Callable[[], bool], timeout: float = 90.0, what: str 
         time.sleep(0.05)
 
 
+def _tracer(resource: Resource | None = None) -> tuple[Tracer, InMemorySpanExporter]:
+    """A tracer of the real SDK whose finished spans are kept in memory."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=resource or Resource.create({}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    return provider.get_tracer("rollout"), memory
+
+
 def _spans(
     step: int, indexes: Sequence[int], *, resource: Resource | None = None, children: int = 1
 ) -> list[ReadableSpan]:
     """Finished SDK spans of whole samples (a root and ``children`` model calls each)."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=resource or Resource.create({}))
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("rollout")
+    tracer, memory = _tracer(resource)
     for index in indexes:
         with tracer.start_as_current_span(
             "rollout", attributes={"step": step, "sample_index": index}
@@ -256,6 +264,61 @@ def _confinement_works(tmp_path: Path) -> bool:
     return result.returncode != 0
 
 
+def _through_a_fault(
+    project: str,
+    trackio_dir: str,
+    spool: Path,
+    fault: Callable[[], AbstractContextManager[Any]],
+    during: Sequence[Sequence[ReadableSpan]],
+    *,
+    first: Sequence[ReadableSpan] | None = None,
+    seen: Callable[[str], bool] = lambda output: True,
+    confined: bool = False,
+) -> tuple[set[tuple[int, int]], str]:
+    """Against ``otel-trackio serve`` (no grace period): send ``first`` and wait until it is
+    stored; send ``during`` while ``fault`` is on (what the receiver refuses meanwhile is not
+    acknowledged) and wait until ``seen(output)``; once the fault is gone, send one more batch,
+    wait until every acknowledged sample is stored, stop the server (it must exit 0).
+    Returns (the acknowledged samples, the server's output)."""
+    server = Server(project, trackio_dir, spool, "--sample-grace-seconds", "0", confined=confined)
+    try:
+        acknowledged = _sent_through(server, project, trackio_dir, fault, during, first, seen)
+    finally:
+        output = server.stop()
+    assert server.process.returncode == 0, output
+    return acknowledged, output
+
+
+def _sent_through(
+    server: Server,
+    project: str,
+    trackio_dir: str,
+    fault: Callable[[], AbstractContextManager[Any]],
+    during: Sequence[Sequence[ReadableSpan]],
+    first: Sequence[ReadableSpan] | None,
+    seen: Callable[[str], bool],
+) -> set[tuple[int, int]]:
+    first = _spans(0, range(5)) if first is None else first
+    assert _send(server.url, first)
+    acknowledged = _keys(first)
+    _wait_until(
+        lambda: len(_stored_rows(project, "r", trackio_dir)) == len(acknowledged), what="first"
+    )
+    with fault():
+        for batch in during:
+            if _send(server.url, batch, timeout=5):
+                acknowledged |= _keys(batch)
+        _wait_until(lambda: seen(server.output), what="the fault reported")
+    late = _spans(99, range(5))
+    assert _send(server.url, late, timeout=60)
+    acknowledged |= _keys(late)
+    _wait_until(
+        lambda: Stored(_stored_rows(project, "r", trackio_dir)).keys >= acknowledged,
+        what="every acknowledged sample",
+    )
+    return acknowledged
+
+
 # -- the storage write fails ---------------------------------------------------------------------
 
 
@@ -266,35 +329,27 @@ def test_storage_lock_held_past_trackios_timeout_keeps_and_retries_the_entries(
     entries stay in the spool and are retried; the receiver stops acknowledging meanwhile."""
     from trackio.utils import canonical_project_name
 
-    spool = tmp_path / "spool"
-    server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0")
-    acknowledged: set[tuple[int, int]] = set()
-    try:
-        first = _spans(0, range(5))
-        assert _send(server.url, first)
-        acknowledged |= _keys(first)
-        _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 5, what="first 5")
-        lock_path = Path(fresh_dir) / f"{canonical_project_name(project)}.lock"
+    lock_path = Path(fresh_dir) / f"{canonical_project_name(project)}.lock"
+    held_since = [0.0]
+
+    @contextlib.contextmanager
+    def lock_held() -> Iterator[None]:
         with open(lock_path, "w") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            held_since = time.monotonic()
-            for k in range(2):
-                batch = _spans(1 + k, range(5))
-                if _send(server.url, batch, timeout=5):
-                    acknowledged |= _keys(batch)
-            # Trackio gives up after 10 s of waiting for the lock; hold it past that.
-            _wait_until(lambda: time.monotonic() - held_since > 12.5, what="Trackio's timeout")
+            held_since[0] = time.monotonic()
+            yield
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-        late = _spans(5, range(5))
-        assert _send(server.url, late, timeout=60)
-        acknowledged |= _keys(late)
-        _wait_until(
-            lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
-            what="every acknowledged sample",
-        )
-    finally:
-        output = server.stop()
-    assert server.process.returncode == 0, output
+
+    spool = tmp_path / "spool"
+    acknowledged, output = _through_a_fault(
+        project,
+        fresh_dir,
+        spool,
+        lock_held,
+        [_spans(1 + k, range(5)) for k in range(2)],
+        # Trackio gives up after 10 s of waiting for the lock: hold it past that
+        seen=lambda output: time.monotonic() - held_since[0] > 12.5,
+    )
     # The documented restart finds nothing left to do and logs nothing twice.
     again = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0")
     again.stop()
@@ -307,31 +362,24 @@ def test_trackio_dir_read_only_mid_run_keeps_the_data_and_the_counters_tell_the_
 ):
     if not _confinement_works(tmp_path):
         pytest.skip("cannot make a folder read-only for this user")
-    spool = tmp_path / "spool"
-    server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0", confined=True)
-    acknowledged: set[tuple[int, int]] = set()
-    try:
-        first = _spans(0, range(5))
-        assert _send(server.url, first)
-        acknowledged |= _keys(first)
-        _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 5, what="first 5")
+
+    @contextlib.contextmanager
+    def read_only() -> Iterator[None]:
         _read_only(Path(fresh_dir), True)
-        for k in range(2):
-            batch = _spans(1 + k, range(5))
-            if _send(server.url, batch, timeout=5):
-                acknowledged |= _keys(batch)
-        _wait_until(lambda: "storage" in server.output, what="the storage warning")
-        _read_only(Path(fresh_dir), False)
-        late = _spans(5, range(5))
-        assert _send(server.url, late, timeout=60)
-        acknowledged |= _keys(late)
-        _wait_until(
-            lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
-            what="every acknowledged sample",
-        )
-    finally:
-        _read_only(Path(fresh_dir), False)
-        output = server.stop()
+        try:
+            yield
+        finally:
+            _read_only(Path(fresh_dir), False)
+
+    acknowledged, output = _through_a_fault(
+        project,
+        fresh_dir,
+        tmp_path / "spool",
+        read_only,
+        [_spans(1 + k, range(5)) for k in range(2)],
+        seen=lambda output: "storage" in output,
+        confined=True,
+    )
     stored = Stored(_stored_rows(project, "r", fresh_dir))
     _check("read-only", acknowledged, stored)
     stop_line = [line for line in output.splitlines() if "stopped;" in line][-1]
@@ -411,33 +459,25 @@ def test_checkpoint_write_failing_neither_kills_the_drain_nor_loses_data(
     if not _confinement_works(tmp_path):
         pytest.skip("cannot make a folder read-only for this user")
     spool = tmp_path / "spool"
-    server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0", confined=True)
-    acknowledged: set[tuple[int, int]] = set()
-    try:
-        first = _spans(0, range(2))
-        assert _send(server.url, first)
-        acknowledged |= _keys(first)
-        _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 2, what="first 2")
-        spool.chmod(0o555)  # no new file in the spool: the checkpoint cannot be written
+
+    @contextlib.contextmanager
+    def no_new_file_in_the_spool() -> Iterator[None]:
+        spool.chmod(0o555)  # the checkpoint cannot be written
         try:
-            for step in range(1, 4):
-                batch = _spans(step, range(2))
-                if _send(server.url, batch, timeout=5):
-                    acknowledged |= _keys(batch)
-            _wait_until(lambda: "checkpoint" in server.output, what="the checkpoint warning")
+            yield
         finally:
             spool.chmod(0o755)
-        late = _spans(9, range(2))
-        assert _send(server.url, late, timeout=60)
-        acknowledged |= _keys(late)
-        _wait_until(
-            lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
-            what="every acknowledged sample (the drain is alive)",
-        )
-    finally:
-        spool.chmod(0o755)
-        output = server.stop()
-    assert server.process.returncode == 0, output
+
+    acknowledged, _ = _through_a_fault(
+        project,
+        fresh_dir,
+        spool,
+        no_new_file_in_the_spool,
+        [_spans(step, range(2)) for step in range(1, 4)],
+        first=_spans(0, range(2)),
+        seen=lambda output: "checkpoint" in output,
+        confined=True,
+    )
     _check("checkpoint", acknowledged, Stored(_stored_rows(project, "r", fresh_dir)))
 
 
@@ -488,10 +528,7 @@ def _never() -> Any:
 
 def _orphan_child() -> list[ReadableSpan]:
     """One span whose sample root never comes: it keeps its spool entry open (replayed)."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("rollout")
+    tracer, memory = _tracer()
     root = tracer.start_span("rollout", attributes={"step": 99, "sample_index": 0})
     with tracer.start_as_current_span("generate", context=_context_of(root)):
         pass
@@ -542,10 +579,7 @@ def test_a_replay_that_groups_spans_differently_logs_nothing_twice(project, fres
     spool = tmp_path / "spool"
     server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0")
     assert _send(server.url, _orphan_child())
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("rollout")
+    tracer, memory = _tracer()
     root = tracer.start_span("rollout", attributes={"step": 0, "sample_index": 3})
     with tracer.start_as_current_span("generate", context=_context_of(root)):
         pass
@@ -629,29 +663,17 @@ def _fill(disk: Path, leave: int) -> Path:
 def test_spool_disk_full_mid_append_refuses_then_stores_everything_once(
     project, fresh_dir, tiny_disk
 ):
-    spool = tiny_disk / "spool"
-    server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0")
-    acknowledged: set[tuple[int, int]] = set()
-    try:
-        first = _spans(0, range(5))
-        assert _send(server.url, first)
-        acknowledged |= _keys(first)
-        _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 5, what="first 5")
+    big = _spans(1, range(60), children=3)  # about 30 KB: stops short after 8 KB
+
+    @contextlib.contextmanager
+    def disk_full() -> Iterator[None]:
         filler = _fill(tiny_disk, leave=8192)
-        big = _spans(1, range(60), children=3)  # about 30 KB: stops short after 8 KB
-        if _send(server.url, big, timeout=3):
-            acknowledged |= _keys(big)
-        filler.unlink()
-        late = _spans(2, range(5))
-        assert _send(server.url, late, timeout=60)
-        acknowledged |= _keys(late)
-        _wait_until(
-            lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
-            what="every acknowledged sample",
-        )
-    finally:
-        output = server.stop()
-    assert server.process.returncode == 0, output
+        try:
+            yield
+        finally:
+            filler.unlink()
+
+    acknowledged, _ = _through_a_fault(project, fresh_dir, tiny_disk / "spool", disk_full, [big])
     stored = Stored(_stored_rows(project, "r", fresh_dir))
     _check("disk-full", acknowledged - _keys(big), stored)
     _check("disk-full", acknowledged & _keys(big), stored, spans_each=4)
