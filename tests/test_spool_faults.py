@@ -716,3 +716,36 @@ def test_receiver_sigkilled_mid_stream_with_a_retrying_client_stores_each_once(
     assert results == [True] * 30
     acknowledged = set().union(*(_keys(batch) for batch in batches))
     _check("receiver-kill", acknowledged, Stored(_stored_rows(project, "r", fresh_dir)))
+
+
+# -- offload=True: the writer process's write fails ----------------------------------------------
+
+
+def test_offload_writer_keeps_and_retries_what_a_held_storage_lock_refused(project, trackio_dir):
+    from trackio.utils import canonical_project_name
+
+    from otel_trackio import TrackioSpanExporter
+
+    exporter = TrackioSpanExporter(project, "offload", offload=True, sample_grace_seconds=0)
+    acknowledged: set[tuple[int, int]] = set()
+    try:
+        first = _spans(0, range(5))
+        assert exporter.export(first).name == "SUCCESS"
+        acknowledged |= _keys(first)
+        assert exporter.force_flush(60_000)
+        lock_path = Path(trackio_dir) / f"{canonical_project_name(project)}.lock"
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            held_since = time.monotonic()
+            for step in (1, 2):
+                batch = _spans(step, range(5))
+                assert exporter.export(batch).name == "SUCCESS"  # spooled: acknowledged
+                acknowledged |= _keys(batch)
+            # Trackio gives up after 10 s of waiting for the lock: hold it past that
+            _wait_until(lambda: time.monotonic() - held_since > 12.5, what="Trackio's timeout")
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        assert exporter.force_flush(90_000)
+    finally:
+        exporter.shutdown()
+    _check("offload-lock", acknowledged, Stored(_stored_rows(project, "offload")))
+    assert exporter.stats.samples_logged == 15
