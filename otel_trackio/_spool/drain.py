@@ -171,6 +171,7 @@ class Drainer:
         self._warn = Warnings(every_seconds=10.0)
         # Why the drain cannot move on now (a write or checkpoint failing), and since when.
         self.stalled: str | None = None
+        self._unserved_flush = 0  # a flush request whose write failed: served once retried
         self._stalled_since = 0.0
         self._backoff = BACKOFF_SECONDS[0]
 
@@ -272,9 +273,12 @@ class Drainer:
             ok = True
             for pipeline in self._pipelines:
                 ok = pipeline.flush() and ok
-            self.flushed = number
             self.stats.flushes += 1
-            return ok
+            if not ok:  # served once what it asked for is stored (see retry)
+                self._unserved_flush = number
+                return False
+            self.flushed = number
+            return True
         elif entry.kind == codec.CLOSE:
             self.producer_closed = True
         return True
@@ -303,6 +307,9 @@ class Drainer:
             if pipeline.unwritten_samples and not pipeline.retry_writes():
                 self._stall("Trackio's storage is not taking writes")
                 return False
+        if self._unserved_flush:
+            self.flushed = max(self.flushed, self._unserved_flush)
+            self._unserved_flush = 0
         self._save()  # raises OSError while the checkpoint cannot be written
         self._unstall()
         return True
