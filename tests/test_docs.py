@@ -3,6 +3,7 @@ README, and every relative link and #anchor in them points at something that exi
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -51,3 +52,9 @@ def test_every_relative_link_and_anchor_resolves():
             elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
                 broken.append(f"{page.name}: {target} (no such heading)")
     assert not broken, broken
+
+
+def test_every_example_names_the_install_it_needs():
+    for example in sorted((ROOT / "examples").glob("[!_]*.py")):
+        doc = ast.get_docstring(ast.parse(example.read_text())) or ""
+        assert re.search(r"plain install|the ``\w+`` extra", doc), example.name
