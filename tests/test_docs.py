@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "examples" / "README.md"]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 README_LIMIT_BYTES = 12 * 1024
 
