@@ -164,6 +164,7 @@ class Drainer:
         self._pipelines: list[TracePipeline] = []
         self._origin: dict[int, Position] = {}  # id(span record) -> the entry it came in
         self._saved_oldest: Position | None = None
+        self._saved: Checkpoint | None = None  # the last checkpoint written
         self._last_checkpoint = 0.0
         self._replayed: set[int] = set()  # span ids of entries a previous drainer handed over
         self.stats = DrainStats()
@@ -358,22 +359,22 @@ class Drainer:
             "torn_entries": self.stats.torn_entries,
             "waiting_spans": sum(p.assembler.buffered_spans for p in self._pipelines),
         }
+        checkpoint = Checkpoint(
+            oldest=oldest,
+            processed=self.position,
+            inflight=inflight,
+            flushed=self.flushed,
+            stats=stats,
+        )
+        self._last_checkpoint = time.monotonic()
+        if checkpoint == self._saved:
+            return  # idle: nothing to write (nor to force to disk)
         if self._fsync:
             # The segments a checkpoint covers reach the disk before it does: after a power
             # loss it never points past entries the disk lost.
             sync_segments(self.path, oldest, max(self.position, inflight or self.position))
-        save_checkpoint(
-            self.path,
-            Checkpoint(
-                oldest=oldest,
-                processed=self.position,
-                inflight=inflight,
-                flushed=self.flushed,
-                stats=stats,
-            ),
-            fsync=self._fsync,
-        )
-        self._last_checkpoint = time.monotonic()
+        save_checkpoint(self.path, checkpoint, fsync=self._fsync)
+        self._saved = checkpoint
         if inflight is None and oldest != self._saved_oldest:
             delete_before(self.path, oldest.seq)
             self._saved_oldest = oldest
