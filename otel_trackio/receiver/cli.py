@@ -104,7 +104,8 @@ def _drain(args: argparse.Namespace) -> int:
     totals = router.totals()
     _print(
         f"otel-trackio drain: done; {totals['samples']} samples logged "
-        f"({totals['partial']} partial), {totals['metrics']} metrics logged"
+        f"({totals['partial']} partial), {totals['lost']} lost, {totals['retried']} retried, "
+        f"{totals['torn_entries']} torn spool entries skipped, {totals['metrics']} metrics logged"
     )
     return 0
 
