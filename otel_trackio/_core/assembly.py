@@ -42,7 +42,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
-from otel_trackio._core.samples import PartialReason, Sample, SampleIdentity, resolve_step
+from otel_trackio._core.samples import (
+    OwnSteps,
+    PartialReason,
+    Sample,
+    SampleIdentity,
+    StepMemory,
+    resolve_step,
+)
 from otel_trackio._core.values import parse_step
 from otel_trackio._engine.open_samples import OpenSampleLookup
 from otel_trackio.settings import TrackioSettings
@@ -96,6 +103,8 @@ class SampleAssembler:
         grace_seconds: how long a completed sample waits for spans arriving after its root.
         open_samples: where roots still open at a flush are looked up (None: nowhere).
         remembered_spans: span ids of emitted samples remembered, to place late spans.
+        steps: where the latest step is read (a sample without a step takes it) and noted
+            (default: this assembler's own).
         clock: monotonic seconds.
     """
 
@@ -106,6 +115,7 @@ class SampleAssembler:
         grace_seconds: float = 0.0,
         open_samples: OpenSampleLookup | None = None,
         remembered_spans: int = 50_000,
+        steps: StepMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         settings = settings or TrackioSettings()
@@ -128,7 +138,7 @@ class SampleAssembler:
         self._emitted: OrderedDict[int, SampleIdentity] = OrderedDict()
         # trace id -> identity of the one sample logged from it (_AMBIGUOUS: several).
         self._emitted_traces: OrderedDict[int, object] = OrderedDict()
-        self.latest_step: int | None = None
+        self.steps: StepMemory = steps if steps is not None else OwnSteps()
 
     @property
     def buffered_spans(self) -> int:
@@ -573,10 +583,9 @@ class SampleAssembler:
             return None
 
         own_step = tag(self.step_attribute)
-        step = resolve_step(own_step, ancestor_step, self.latest_step)
+        step = resolve_step(own_step, ancestor_step, self.steps.latest())
         if parse_step(own_step) is not None or parse_step(ancestor_step) is not None:
-            if self.latest_step is None or step > self.latest_step:
-                self.latest_step = step
+            self.steps.note(step)
         return SampleIdentity(
             trace_id=spans[0].trace_id if spans else 0,
             root_span_id=root.span_id if root is not None else None,

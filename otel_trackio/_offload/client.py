@@ -36,8 +36,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_trackio._core.records import LogEventRecord
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
-from otel_trackio._engine.pipeline import ExportStats
 from otel_trackio._engine.sink import TrackioSink, run_id, trackio_dir
+from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._offload.writer import CONFIG_FILE, WriterConfig
 from otel_trackio._spool import codec
@@ -144,6 +144,7 @@ class OffloadClient:
         self._warn = Warnings()
         self.spans_spooled = 0
         self.spans_refused = 0
+        self.exports_refused = 0
         self.writer_starts = 0
         self._start_writer()
 
@@ -194,10 +195,12 @@ class OffloadClient:
             self.producer.append(codec.SPANS, codec.encode_sdk_spans(spans))
         except SpoolFull as exc:
             self.spans_refused += len(spans)
+            self.exports_refused += 1
             self._warn("full", f"spool full, {len(spans)} spans refused: {exc}")
             return False
         except (OSError, RuntimeError) as exc:
             self.spans_refused += len(spans)
+            self.exports_refused += 1
             self._warn("spool", f"could not write the spool, {len(spans)} spans refused: {exc!r}")
             return False
         self.spans_spooled += len(spans)
@@ -299,17 +302,13 @@ class OffloadClient:
         return checkpoint.flushed if checkpoint is not None else 0
 
     def stats(self) -> ExportStats:
-        """The writer's counters (as of its last checkpoint) with this process's own."""
+        """The writer's counters (as of its last checkpoint) with this process's own: the spans
+        handed to ``export()``, and the exports refused here besides the writer's failures."""
         checkpoint = self._final or load_checkpoint(self.path)
-        seen: dict[str, Any] = checkpoint.stats if checkpoint is not None else {}
-        return ExportStats(
-            spans_received=self.spans_spooled + self.spans_refused,
-            samples_logged=int(seen.get("samples_logged", 0)),
-            partial_samples=int(seen.get("partial_samples", 0)),
-            samples_lost=int(seen.get("samples_lost", 0)),
-            failed_exports=int(self.spans_refused > 0),
-            already_stored=int(seen.get("already_stored", 0)),
-        )
+        stats = ExportStats.from_dict(checkpoint.stats if checkpoint is not None else {})
+        stats.spans_received = self.spans_spooled + self.spans_refused
+        stats.failed_exports += self.exports_refused
+        return stats
 
     def backlog(self) -> int:
         """Bytes appended but not handed to the writer's pipeline yet."""

@@ -24,14 +24,11 @@ from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
-from otel_trackio._engine.open_samples import OpenSampleRegistry
-from otel_trackio._engine.pipeline import TracePipeline, grace_seconds
-from otel_trackio._engine.sink import TrackioSink
+from otel_trackio._engine.run import RunEngine, build_run_engine
 from otel_trackio._offload.client import spool_root
 from otel_trackio._spool import codec
 from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.segments import Producer, SpoolFull
-from otel_trackio.metric_exporter import TrackioMetricExporter
 from otel_trackio.receiver._decode import (
     DecodedLogs,
     DecodedMetrics,
@@ -97,41 +94,15 @@ def receiver_spool(settings: TrackioSettings, project: str, name: str | None) ->
     return spool_root(settings) / "receiver" / safe(project) / safe(name or "_")
 
 
-class _Destination:
-    """Where one (project, run) goes: its span pipeline and its metric exporter."""
+def _spooled_metrics(request: bytes) -> list[Any]:
+    """A spooled metrics request (one route's part) as SDK ``MetricsData``."""
+    message = metrics_service_pb2.ExportMetricsServiceRequest.FromString(request)
+    return list(decode_metrics(message).by_route.values())
 
-    def __init__(self, settings: TrackioSettings) -> None:
-        sink = TrackioSink(settings.project, settings.name, init_kwargs=settings.init_kwargs)
-        # OTLP carries ended spans only: no open sample roots are known here.
-        self.spans = TracePipeline(
-            settings,
-            sink,
-            grace_seconds=grace_seconds(settings, receiver=True),
-            open_samples=OpenSampleRegistry(),
-        )
-        try:
-            self.metrics = TrackioMetricExporter(settings.project, settings.name, settings=settings)
-        except BaseException:
-            self.spans.close()
-            raise
-        self.closed = False
 
-    def export_metrics(self, request: bytes) -> None:
-        """Log a serialised OTLP metrics request of this route."""
-        decoded = decode_metrics(
-            metrics_service_pb2.ExportMetricsServiceRequest.FromString(request)
-        )
-        for data in decoded.by_route.values():
-            self.metrics.export(data)
-
-    def shutdown(self, *, flush: bool = True) -> None:
-        """Log open samples as partial (unless the spool keeps them: ``flush=False``) and let
-        the run go (the last holder finishes it)."""
-        if self.closed:
-            return
-        self.closed = True
-        self.spans.close(flush=flush)
-        self.metrics.shutdown()
+def _route_engine(settings: TrackioSettings) -> RunEngine:
+    """The run engine of one route: spans, GenAI log events and metrics of one Trackio run."""
+    return build_run_engine(settings, transport="receiver", decode_metrics=_spooled_metrics)
 
 
 class Router:
@@ -165,7 +136,7 @@ class Router:
         self.name = name
         self.max_routes = max_routes
         self.spool_path = Path(spool) if spool else receiver_spool(chosen, project, name)
-        self._routes: dict[Key, _Destination] = {}
+        self._routes: dict[Key, RunEngine] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.stats = ReceiverStats()
@@ -206,12 +177,12 @@ class Router:
             return {}
         return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else {}
 
-    def _remember_name(self, key: Key, destination: _Destination) -> None:
+    def _remember_name(self, key: Key, destination: RunEngine) -> None:
         if key[1] is None:
             self._names[key[0]] = destination.spans.sink.run_name
             (self.spool_path / "runs.json").write_text(json.dumps(self._names))
 
-    def _route_for(self, key: Key, *, accepting: bool = True) -> _Destination:
+    def _route_for(self, key: Key, *, accepting: bool = True) -> RunEngine:
         """The destination of ``key``, created on first use. ``accepting``: for new data, which
         a closing receiver refuses (the drain thread still places data it accepted before)."""
         with self._lock:
@@ -229,7 +200,7 @@ class Router:
             settings = self.settings.with_options(project=key[0], name=name)
             # A fresh context: no user run is "active" here, and trackio.init's context
             # variables stay out of the worker thread that happens to build the route.
-            route = contextvars.Context().run(_Destination, settings)
+            route = contextvars.Context().run(_route_engine, settings)
             self._routes[key] = route
             self._remember_name(key, route)
             if key != (self.project, self.name):
@@ -249,7 +220,7 @@ class Router:
             return None
         return key
 
-    def _drain_target(self, route: codec.Route) -> _Destination | None:
+    def _drain_target(self, route: codec.Route) -> RunEngine | None:
         project, name = route
         if project is None:
             return None
@@ -367,7 +338,7 @@ class Router:
             "samples": sum(p.spans.stats.samples_logged for p in routes),
             "partial": sum(p.spans.stats.partial_samples for p in routes),
             "waiting": sum(p.spans.assembler.held_samples for p in routes),
-            "metrics": sum(p.metrics.stats.values_logged for p in routes),
+            "metrics": sum(p.metrics.stats.values_logged for p in routes if p.metrics),
             "rejected": stats.rejected_items + stats.rejected_requests,
             "busy": stats.refused_busy,
             "backlog_spans": max(0, stats.spans_received - self._drainer.stats.spans),
@@ -376,7 +347,7 @@ class Router:
             "runs": len(routes),
         }
 
-    def _open_routes(self, include_closed: bool = False) -> list[_Destination]:
+    def _open_routes(self, include_closed: bool = False) -> list[RunEngine]:
         with self._lock:
             return [p for p in self._routes.values() if include_closed or not p.closed]
 
