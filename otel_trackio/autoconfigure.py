@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
+from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
 from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.stats import ExportStats
@@ -38,12 +39,7 @@ from otel_trackio.environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
     OTEL_EXPORTER_TRACKIO_PROJECT,
 )
-from otel_trackio.log_exporter import (
-    LogExportStats,
-    LogRecordExporter,
-    LogRecordExportResult,
-    TrackioLogExporter,
-)
+from otel_trackio.log_exporter import LogExportStats, TrackioLogExporter
 from otel_trackio.metric_exporter import (
     DEFAULT_TEMPORALITY,
     MetricExportStats,

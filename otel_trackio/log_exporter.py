@@ -18,15 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
-except ImportError:  # opentelemetry-sdk before 1.39 named them LogExporter, LogExportResult
-    from opentelemetry.sdk._logs.export import LogExporter as LogRecordExporter
-    from opentelemetry.sdk._logs.export import (  # type: ignore[assignment]
-        LogExportResult as LogRecordExportResult,
-    )
-
-from otel_trackio._core.records import LogEventRecord, record_from_readable_log
+from otel_trackio._codec.sdk import (
+    LogRecordExporter,
+    LogRecordExportResult,
+    record_from_readable_log,
+)
+from otel_trackio._core.records import LogEventRecord
 from otel_trackio._engine.intake import EventIntake, find_intake
 from otel_trackio._engine.run import RunEngine, build_run_engine
 from otel_trackio._engine.warn import Warnings
@@ -35,12 +32,7 @@ from otel_trackio.span_exporter import TrackioSpanExporter
 
 _logger = logging.getLogger("otel_trackio")
 
-__all__ = [
-    "LogExportStats",
-    "LogRecordExportResult",
-    "LogRecordExporter",
-    "TrackioLogExporter",
-]
+__all__ = ["LogExportStats", "TrackioLogExporter"]
 
 
 @dataclass(slots=True)

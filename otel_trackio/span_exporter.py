@@ -8,7 +8,8 @@ from typing import Any, Protocol
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_trackio._core.records import SpanRecord, record_from_readable_span
+from otel_trackio._codec.sdk import record_from_readable_span
+from otel_trackio._core.records import SpanRecord
 from otel_trackio._engine.intake import EventIntake, register_intake
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import RunEngine, build_run_engine, offload_enabled

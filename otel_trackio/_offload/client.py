@@ -22,25 +22,24 @@ import logging
 import os
 import pickle
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from otel_trackio._codec import spool as codec
 from otel_trackio._core.records import LogEventRecord
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.sink import TrackioSink, run_id, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._offload.writer import CONFIG_FILE, WriterConfig
-from otel_trackio._spool import codec
+from otel_trackio._spool.paths import process_spool
 from otel_trackio._spool.segments import (
     Checkpoint,
     Position,
@@ -52,15 +51,6 @@ from otel_trackio._spool.segments import (
 from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
-
-
-def spool_root(settings: TrackioSettings) -> Path:
-    """The folder holding every spool: ``spool_dir``, else ``otel-trackio-spool`` in Trackio's."""
-    return Path(settings.spool_dir) if settings.spool_dir else trackio_dir() / "otel-trackio-spool"
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "_"
 
 
 _IN_WRITER = "OTEL_TRACKIO_OFFLOAD_WRITER"
@@ -126,10 +116,7 @@ class OffloadClient:
     def __init__(self, settings: TrackioSettings, sink: TrackioSink) -> None:
         self.settings = settings
         self.sink = sink
-        run_folder = spool_root(settings) / _safe(sink.project) / _safe(sink.run_name)
-        self.path = (
-            run_folder / f"{_safe(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
+        self.path = process_spool(settings, sink.project, sink.run_name)
         self.producer = Producer(self.path, int(settings.spool_max_mb * 1024 * 1024))
         config = WriterConfig(settings, sink.project, sink.run_name, os.getpid(), run_id(sink.run))
         with open(self.path / CONFIG_FILE, "wb") as handle:

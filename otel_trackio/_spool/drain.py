@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from otel_trackio._codec import spool as codec
+from otel_trackio._codec.routes import Route
 from otel_trackio._core.samples import Sample
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.sink import stored_span_sets
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
-from otel_trackio._spool import codec
 from otel_trackio._spool.segments import (
     Checkpoint,
     Entry,
@@ -96,7 +97,7 @@ class Drainer:
     def __init__(
         self,
         path: Path,
-        destination: Callable[[codec.Route], Destination | None],
+        destination: Callable[[Route], Destination | None],
         *,
         open_roots: OpenSampleRegistry | None = None,
         cycle_bytes: int = 1024 * 1024,

@@ -24,19 +24,13 @@ from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
+from otel_trackio._codec import spool as codec
+from otel_trackio._codec.otlp import DecodedLogs, DecodedMetrics, DecodedSpans, decode_metrics
+from otel_trackio._codec.routes import Route
 from otel_trackio._engine.run import RunEngine, build_run_engine
-from otel_trackio._offload.client import spool_root
-from otel_trackio._spool import codec
 from otel_trackio._spool.drain import Drainer
+from otel_trackio._spool.paths import receiver_spool
 from otel_trackio._spool.segments import Producer, SpoolFull
-from otel_trackio.receiver._decode import (
-    DecodedLogs,
-    DecodedMetrics,
-    DecodedSpans,
-    Route,
-    decode_metrics,
-    split_metrics,
-)
 from otel_trackio.settings import TrackioSettings, split_options
 
 _logger = logging.getLogger("otel_trackio.receiver")
@@ -82,16 +76,6 @@ class ReceiverStats:
     rejected_items: int = 0
     rejected_requests: int = 0
     refused_busy: int = 0
-
-
-def receiver_spool(settings: TrackioSettings, project: str, name: str | None) -> Path:
-    """The default spool of ``otel-trackio serve --project P --name N``: one per project and run
-    under the spool folder, so a restart with the same arguments finishes what is left."""
-
-    def safe(text: str) -> str:
-        return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "_"
-
-    return spool_root(settings) / "receiver" / safe(project) / safe(name or "_")
 
 
 def _spooled_metrics(request: bytes) -> list[Any]:
@@ -220,7 +204,7 @@ class Router:
             return None
         return key
 
-    def _drain_target(self, route: codec.Route) -> RunEngine | None:
+    def _drain_target(self, route: Route) -> RunEngine | None:
         project, name = route
         if project is None:
             return None
@@ -266,24 +250,11 @@ class Router:
         self._count(logs=decoded.accepted, events=events, rejected=outcome.rejected)
         return outcome
 
-    def export_metrics(
-        self, decoded: DecodedMetrics, request: metrics_service_pb2.ExportMetricsServiceRequest
-    ) -> Outcome:
+    def export_metrics(self, decoded: DecodedMetrics) -> Outcome:
         """Spool each route's part of a metrics request; the drain thread logs it."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
-        points = {
-            target: sum(
-                len(m.data.data_points)
-                for rm in data.resource_metrics
-                for sm in rm.scope_metrics
-                for m in sm.metrics
-            )
-            for target, data in decoded.by_route.items()
-        }
-        for target, part in split_metrics(request).items():
-            if target not in points:
-                continue  # nothing of it was accepted
-            key = self._resolve(target, points[target], outcome)
+        for target, part in decoded.parts.items():
+            key = self._resolve(target, decoded.points.get(target, 0), outcome)
             if key is not None:
                 self._append(codec.METRICS, codec.encode_metrics(key, part))
         self._count(points=decoded.accepted, rejected=outcome.rejected)
