@@ -23,15 +23,14 @@ def test_an_explicit_grace_period_below_the_log_default_is_kept_by_a_lone_log_ex
         logs.shutdown()
 
 
-def test_set_step_reaches_the_traces_fallback_step(project):
+def test_set_step_reaches_the_traces_fallback_step(project, tracer_provider):
     exporter = TrackioSpanExporter(project, "steps")
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("t")
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = tracer_provider.get_tracer("t")
     set_step(7)
     with tracer.start_as_current_span("rollout", attributes={"sample_index": 0}):
         pass
-    provider.shutdown()
+    tracer_provider.shutdown()
     [trace] = read_traces(project, "steps")
     assert trace["step"] == 7
 
@@ -77,17 +76,17 @@ def test_offloaded_stats_keep_every_counter_of_the_writer(project):
     assert final.samples_logged == 3 and final.log_events_received == 3
 
 
-def test_every_refused_offloaded_export_counts_as_a_failed_export(project, tmp_path):
+def test_every_refused_offloaded_export_counts_as_a_failed_export(
+    project, tmp_path, tracer_provider
+):
     spans = TrackioSpanExporter(project, "refused", offload=True, spool_dir=str(tmp_path))
-    client = spans.offloaded
+    client = spans._offload
     assert client is not None
     client.producer.close()  # the spool can no longer be written: each export is refused
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    tracer = provider.get_tracer("t")
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = tracer_provider.get_tracer("t")
     for index in range(3):
         with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": index}):
             pass
     assert spans.stats.failed_exports == 3  # was int(refused > 0): 1
     spans.shutdown(timeout_millis=5000)
-    provider.shutdown()

@@ -2,9 +2,8 @@
 
 A request's spans, GenAI log events and metrics are validated and decoded by the HTTP layer, then
 *appended to the receiver's spool* and answered at once; a drain thread feeds the spool into one
-span :class:`~otel_trackio._engine.pipeline.TracePipeline` (where log events join their spans) +
-:class:`TrackioMetricExporter` pair per (project, run), created lazily (both share one Trackio
-run). So a client never waits for Trackio, and when the spool is at its bound the request is
+:class:`~otel_trackio._engine.run.RunEngine` per (project, run) — span pipeline (where log events
+join their spans) and metric path on one Trackio run —, created lazily: the route table. So a client never waits for Trackio, and when the spool is at its bound the request is
 refused with 503 and ``Retry-After`` (OTLP exporters retry) instead of data being dropped. What is
 not drained at shutdown stays in the spool and the next start with the same spool finishes it.
 """
@@ -13,12 +12,9 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,51 +27,15 @@ from otel_trackio._engine.run import RunEngine, build_run_engine
 from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.paths import receiver_spool
 from otel_trackio._spool.segments import Producer, SpoolFull
+from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable
+from otel_trackio.receiver._run_names import RunNames
+from otel_trackio.receiver._stats import Outcome, ReceiverStats
 from otel_trackio.settings import TrackioSettings, split_options
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
 Key = tuple[str, str | None]
 """(project, requested run name) of a route."""
-
-
-class ReceiverUnavailable(RuntimeError):
-    """The receiver is shutting down or cannot take the data now; the client may retry."""
-
-    retry_after_seconds = 5
-
-
-class ReceiverBusy(ReceiverUnavailable):
-    """The spool is at its bound: the client should retry after the drain made room."""
-
-    retry_after_seconds = 2
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What became of one request's items: how many were rejected, and why."""
-
-    rejected: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def message(self) -> str:
-        """The ``partial_success.error_message`` text ("" when all went well)."""
-        return "; ".join(self.problems)
-
-
-@dataclass(slots=True)
-class ReceiverStats:
-    """Counters of the receiver as a whole (exporter counters are summed on demand)."""
-
-    requests: int = 0
-    spans_received: int = 0
-    points_received: int = 0
-    log_records_received: int = 0
-    log_events_received: int = 0
-    rejected_items: int = 0
-    rejected_requests: int = 0
-    refused_busy: int = 0
 
 
 def _spooled_metrics(request: bytes) -> list[Any]:
@@ -127,7 +87,7 @@ class Router:
         self._stats_lock = threading.Lock()
         self.producer = Producer(self.spool_path, int(chosen.spool_max_mb * 1024 * 1024))
         try:
-            self._names = self._load_names()
+            self._names = RunNames(self.spool_path)
             self.default = self._route_for((project, name))
             self._drainer = Drainer(self.spool_path, self._drain_target)
         except BaseException:
@@ -147,24 +107,15 @@ class Router:
     @property
     def run_name(self) -> str:
         """The name of the server's own run (Trackio picks one when none was given)."""
-        return str(self.default.spans.sink.run_name)
+        return str(self.default.sink.run_name)
 
     def _key(self, target: Route) -> Key:
         project, run = target
         return (project or self.project, run or self.name)
 
-    def _load_names(self) -> dict[str, str]:
-        """Run names Trackio chose earlier for routes asked for without one (to resume them)."""
-        try:
-            names = json.loads((self.spool_path / "runs.json").read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-        return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else {}
-
     def _remember_name(self, key: Key, destination: RunEngine) -> None:
         if key[1] is None:
-            self._names[key[0]] = destination.spans.sink.run_name
-            (self.spool_path / "runs.json").write_text(json.dumps(self._names))
+            self._names.remember(key[0], destination.sink.run_name)
 
     def _route_for(self, key: Key, *, accepting: bool = True) -> RunEngine:
         """The destination of ``key``, created on first use. ``accepting``: for new data, which
@@ -354,37 +305,3 @@ class Router:
                 self.spool_path,
             )
         return drained
-
-
-class Summary:
-    """Formats the periodic one-line summary; silent while no data flows."""
-
-    def __init__(self, router: Router, clock: Callable[[], float] = time.monotonic) -> None:
-        self._router = router
-        self._clock = clock
-        self._last = router.totals()
-        self._last_time = clock()
-
-    def line(self) -> str | None:
-        """The summary since the previous call, or None when nothing happened."""
-        now = self._clock()
-        totals = self._router.totals()
-        previous, elapsed = self._last, max(now - self._last_time, 1e-9)
-        self._last, self._last_time = totals, now
-        if totals == previous:
-            return None
-        rate = (totals["spans"] - previous["spans"]) / elapsed
-        backlog = ""
-        if totals["backlog_bytes"]:
-            backlog = (
-                f", backlog {totals['backlog_spans']} spans "
-                f"({totals['backlog_bytes'] / 1e6:.1f} MB, {totals['behind_seconds']} s behind)"
-            )
-        busy = f", {totals['busy']} requests refused busy (503)" if totals["busy"] else ""
-        return (
-            f"otel-trackio: {rate:.1f} spans/s, {totals['samples']} samples logged "
-            f"({totals['partial']} partial, {totals['waiting']} in their grace period), "
-            f"{totals['log_events']} GenAI log events of {totals['log_records']} log records, "
-            f"{totals['metrics']} metrics logged, "
-            f"{totals['rejected']} rejected, {totals['runs']} run(s){backlog}{busy}"
-        )

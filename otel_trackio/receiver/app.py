@@ -36,7 +36,9 @@ from otel_trackio.receiver._decode import (
     status_body,
     trace_response,
 )
-from otel_trackio.receiver._routing import Outcome, ReceiverUnavailable, Router
+from otel_trackio.receiver._errors import ReceiverUnavailable
+from otel_trackio.receiver._routing import Router
+from otel_trackio.receiver._stats import Outcome
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
