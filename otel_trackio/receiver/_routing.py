@@ -1,9 +1,10 @@
-"""Routing OTLP data through the spool into the same pipeline the in-process exporters use.
+"""Routing OTLP data through the spool into the same run engine the in-process exporters use.
 
 A request's spans, GenAI log events and metrics are validated and decoded by the HTTP layer, then
 *appended to the receiver's spool* and answered at once; a drain thread feeds the spool into one
-:class:`~otel_trackio._engine.run.RunEngine` per (project, run) — span pipeline (where log events
-join their spans) and metric path on one Trackio run —, created lazily: the route table. So a client never waits for Trackio, and when the spool is at its bound the request is
+:class:`~otel_trackio._engine.run.RunEngine` per (project, run) — its span pipeline (where log
+events join their spans) and metric path share one Trackio run —, created lazily (the route
+table). So a client never waits for Trackio, and when the spool is at its bound the request is
 refused with 503 and ``Retry-After`` (OTLP exporters retry) instead of data being dropped. What is
 not drained at shutdown stays in the spool and the next start with the same spool finishes it.
 """
