@@ -6,6 +6,7 @@ nothing else about a sample's identity.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -85,3 +86,10 @@ class OwnSteps:
         """Record a step; the latest only moves forward."""
         if self._latest is None or step > self._latest:
             self._latest = step
+
+
+class OpenSampleLookup(Protocol):
+    """What the assembler reads: the start attributes of an open sample root, if known."""
+
+    def lookup(self, trace_id: int, span_id: int) -> Mapping[str, Any] | None:
+        """The attributes a started, not yet ended sample root was registered with."""

@@ -21,11 +21,11 @@ from typing import Any
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.convert import TraceDict, bare_trace, sample_to_trace
 from otel_trackio._core.records import LogEventRecord, SpanRecord
-from otel_trackio._core.samples import Sample, StepMemory
+from otel_trackio._core.samples import OpenSampleLookup, Sample, StepMemory
 from otel_trackio._core.values import as_float
 from otel_trackio._engine import steps as _steps
 from otel_trackio._engine.grace import GracePolicy
-from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleLookup
+from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.sink import TrackioSink
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from otel_trackio._core.samples import OwnSteps, StepMemory
+from otel_trackio._core.samples import OpenSampleLookup, OwnSteps, StepMemory
 from otel_trackio._engine.grace import GracePolicy
-from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleLookup, OpenSampleRegistry
+from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio._engine.stats import ExportStats
