@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
 
-from otel_trackio._spool import codec
+from otel_trackio._codec import spool as codec
+from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.segments import Producer
 
@@ -39,8 +40,6 @@ def _request_entry() -> bytes:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from otel_trackio.receiver._decode import decode_traces
-
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
@@ -49,10 +48,7 @@ def _request_entry() -> bytes:
         with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": i}):
             with tracer.start_as_current_span("chat", attributes={"output.value": "y" * 60}):
                 pass
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-    decoded = decode_traces(encode_spans(memory.get_finished_spans()))
-    records = [r for part in decoded.by_route.values() for r in part]
+    records = [record_from_readable_span(span) for span in memory.get_finished_spans()]
     return codec.encode_records(records, ("bench", "r"))
 
 

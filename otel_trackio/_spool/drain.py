@@ -28,16 +28,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from otel_trackio._codec import spool as codec
+from otel_trackio._codec.routes import Route
 from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.sink import stored_span_ids
+from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
-from otel_trackio._spool import codec
 from otel_trackio._spool.segments import (
     FSYNC_POLICIES,
     Checkpoint,
@@ -111,7 +113,6 @@ class DrainStats:
     replayed_entries: int = 0
     failed_checkpoints: int = 0
     stalls: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Drainer:
@@ -131,7 +132,7 @@ class Drainer:
     def __init__(
         self,
         path: Path,
-        destination: Callable[[codec.Route], Destination | None],
+        destination: Callable[[Route], Destination | None],
         *,
         open_roots: OpenSampleRegistry | None = None,
         cycle_bytes: int = 1024 * 1024,
@@ -348,14 +349,10 @@ class Drainer:
     def _save(self, inflight: Position | None = None) -> None:
         oldest = min(self.oldest_open(), self.position)
         stats = {
+            # Every counter of the pipelines, by name (the producer reads them back whole).
+            **ExportStats.total(p.stats for p in self._pipelines).as_dict(),
             "entries": self.stats.entries,
             "spans": self.stats.spans,
-            "samples_logged": sum(p.stats.samples_logged for p in self._pipelines),
-            "partial_samples": sum(p.stats.partial_samples for p in self._pipelines),
-            "samples_lost": sum(p.stats.samples_lost for p in self._pipelines),
-            "samples_retried": sum(p.stats.samples_retried for p in self._pipelines),
-            "failed_writes": sum(p.stats.failed_writes for p in self._pipelines),
-            "already_stored": sum(p.stats.already_stored for p in self._pipelines),
             "torn_entries": self.stats.torn_entries,
             "waiting_spans": sum(p.assembler.buffered_spans for p in self._pipelines),
         }
