@@ -2,7 +2,7 @@
 
 Measured in one run, on the disk of the Trackio folder (where spools live by default):
 
-* an acknowledged append — one request of 20 two-span samples (about 4 KB), what the receiver
+* an acknowledged append — one request of 20 two-span samples (about 3 KB), what the receiver
   and an offloading exporter do per export — with ``never``/``cycle`` (no fsync on the append
   path) and with ``request`` (an fsync before the append returns);
 * a drain cycle's checkpoint with ``cycle`` (the covered segment bytes, then the checkpoint and
@@ -30,25 +30,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
 
 from otel_trackio._codec import spool as codec
-from otel_trackio._codec.sdk import record_from_readable_span
+from otel_trackio._core.records import SpanRecord
 from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.segments import Producer
 
 
 def _request_entry() -> bytes:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("bench")
+    """One request's spool entry: 20 two-span samples (a root and a model call each)."""
+    records = []
     for i in range(20):
-        with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": i}):
-            with tracer.start_as_current_span("chat", attributes={"output.value": "y" * 60}):
-                pass
-    records = [record_from_readable_span(span) for span in memory.get_finished_spans()]
+        trace_id = 1000 + i
+        attributes = {"step": 0, "sample_index": i}
+        chat = {"output.value": "y" * 60}
+        records.append(SpanRecord(trace_id, 2, "chat", 1, 9, parent_id=1, attributes=chat))
+        records.append(SpanRecord(trace_id, 1, "rollout", 0, 10, attributes=attributes))
     return codec.encode_records(records, ("bench", "r"))
 
 
