@@ -12,10 +12,10 @@ Every function raises :class:`RequestError` (with the HTTP status to answer) on 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import math
-import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -56,6 +56,11 @@ M = TypeVar("M", bound=Message)
 
 PROJECT_ATTRIBUTE = "trackio.project"
 RUN_ATTRIBUTE = "trackio.run"
+#: set on a span, event or log record whose attributes were cut: how many were left out (by the
+#: sender's SDK, ``dropped_attributes_count``, and here).
+DROPPED_ATTRIBUTES = "otel_trackio.dropped_attributes"
+#: set on a span whose events were cut: how many were left out (by the sender and here).
+DROPPED_EVENTS = "otel_trackio.dropped_events"
 
 _CONTENT_TYPES: dict[str, Encoding] = {
     "application/x-protobuf": "protobuf",
@@ -72,12 +77,25 @@ _TRACE_FLAGS = logs_pb2.LogRecordFlags.LOG_RECORD_FLAGS_TRACE_FLAGS_MASK
 
 
 class RequestError(ValueError):
-    """A request the receiver refuses, with the HTTP status and a message for the client."""
+    """A request the receiver refuses, with the HTTP status and a message for the client.
 
-    def __init__(self, status: int, message: str) -> None:
+    ``headers`` go on the answer (``Retry-After``, ``Connection: close``); ``warn``: the
+    receiver also logs a (rate-limited) warning line, for refusals an operator should see.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        warn: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = dict(headers or {})
+        self.warn = warn
 
 
 # -- content type and encoding -----------------------------------------------------------------
@@ -96,61 +114,18 @@ def encoding_of(content_type: str | None) -> Encoding:
     return encoding
 
 
-def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
-    """Undo ``Content-Encoding`` (gzip, deflate, identity), never producing more than ``limit``.
-
-    Decompression streams with a cap, so a small compressed bomb fails with 413 after ``limit``
-    bytes instead of filling memory.
-    """
-    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
-    data = body
-    for coding in reversed(codings):  # the last coding listed was applied last
-        if coding in ("identity", ""):
-            continue
-        if coding in ("gzip", "x-gzip"):
-            data = _inflate(data, 16 + zlib.MAX_WBITS, limit, "gzip")
-        elif coding == "deflate":
-            zlib_header = (
-                len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
-            )
-            data = _inflate(data, zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS, limit, coding)
-        else:
-            raise RequestError(
-                415, f"unsupported Content-Encoding {coding!r}: use gzip, deflate or none"
-            )
-    if len(data) > limit:
-        raise RequestError(413, f"body is over the {limit}-byte limit")
-    return data
-
-
-def _inflate(data: bytes, wbits: int, limit: int, name: str) -> bytes:
-    out = bytearray()
-    pending = data
-    inflater = zlib.decompressobj(wbits)
-    try:
-        while True:
-            chunk = inflater.decompress(pending, limit + 1 - len(out))
-            out += chunk
-            if len(out) > limit:
-                raise RequestError(413, f"decompressed body is over the {limit}-byte limit")
-            pending = inflater.unconsumed_tail
-            if inflater.eof:
-                rest = inflater.unused_data
-                if name == "gzip" and rest.strip(b"\0"):
-                    inflater, pending = zlib.decompressobj(wbits), rest  # another gzip member
-                    continue
-                return bytes(out)
-            if not pending and not chunk:
-                raise RequestError(400, f"truncated {name} body")
-    except zlib.error as exc:
-        raise RequestError(400, f"body is not valid {name} data: {exc}") from None
-
-
 # -- parsing -----------------------------------------------------------------------------------
 
 
-def parse_request(body: bytes, encoding: Encoding, message_type: type[M]) -> M:
-    """Parse an OTLP request message from protobuf bytes or OTLP JSON; 400 when malformed."""
+#: the nesting of a JSON body allowed by default (arrays and objects; see ``ReceiverLimits``).
+MAX_JSON_DEPTH = 128
+
+
+def parse_request(
+    body: bytes, encoding: Encoding, message_type: type[M], max_json_depth: int = MAX_JSON_DEPTH
+) -> M:
+    """Parse an OTLP request message from protobuf bytes or OTLP JSON; 400 when malformed or,
+    for JSON, nested deeper than ``max_json_depth`` (checked before any recursive step)."""
     message: M = message_type()
     if encoding == "protobuf":
         try:
@@ -160,35 +135,50 @@ def parse_request(body: bytes, encoding: Encoding, message_type: type[M]) -> M:
         return message
     try:
         document = json.loads(body)
+    except RecursionError:  # the C parser's own guard, far deeper than max_json_depth
+        raise _too_deep(max_json_depth) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise RequestError(400, f"malformed JSON body: {exc}") from None
     if not isinstance(document, dict):
         raise RequestError(400, "malformed JSON body: the top level must be an object")
-    _hex_ids_to_base64(document)
+    _hex_ids_to_base64(document, max_json_depth)
     try:
         json_format.ParseDict(document, message, ignore_unknown_fields=True)
-    except (json_format.ParseError, ValueError, TypeError) as exc:
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
         raise RequestError(400, f"malformed OTLP JSON: {exc}") from None
     return message
 
 
-def _hex_ids_to_base64(node: Any) -> None:
-    """OTLP JSON writes trace/span ids as hex; protobuf JSON expects base64 for bytes fields."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in _ID_KEYS and isinstance(value, str):
-                try:
-                    raw = bytes.fromhex(value)
-                except ValueError:
-                    raise RequestError(
-                        400, f"malformed OTLP JSON: {key} {value[:40]!r} is not a hex string"
-                    ) from None
-                node[key] = base64.b64encode(raw).decode("ascii")
-            else:
-                _hex_ids_to_base64(value)
-    elif isinstance(node, list):
-        for item in node:
-            _hex_ids_to_base64(item)
+def _too_deep(max_depth: int) -> RequestError:
+    return RequestError(
+        400, f"malformed OTLP JSON: nested deeper than {max_depth} levels", warn=True
+    )
+
+
+def _hex_ids_to_base64(document: dict[str, Any], max_depth: int) -> None:
+    """OTLP JSON writes trace/span ids as hex; protobuf JSON expects base64 for bytes fields.
+
+    Walks the document with an explicit stack (no recursion), refusing it past ``max_depth``.
+    """
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            raise _too_deep(max_depth)
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _ID_KEYS and isinstance(value, str):
+                    try:
+                        raw = bytes.fromhex(value)
+                    except ValueError:
+                        raise RequestError(
+                            400, f"malformed OTLP JSON: {key} {value[:40]!r} is not a hex string"
+                        ) from None
+                    node[key] = base64.b64encode(raw).decode("ascii")
+                elif isinstance(value, (dict, list)):
+                    stack.append((value, depth + 1))
+        else:
+            stack.extend((item, depth + 1) for item in node if isinstance(item, (dict, list)))
 
 
 def encode_message(message: Message, encoding: Encoding) -> bytes:
@@ -232,6 +222,31 @@ def attributes(pairs: Iterable[common_pb2.KeyValue]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class ItemLimits:
+    """Caps applied while decoding, before anything is held as records: the OTel SDK's span
+    limits semantics (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``, ``OTEL_SPAN_EVENT_COUNT_LIMIT``):
+    the first ``attributes`` attributes of a span, event, log record or resource and the first
+    ``events`` events of a span are kept, the cut is marked (:data:`DROPPED_ATTRIBUTES`,
+    :data:`DROPPED_EVENTS`). None: no cap."""
+
+    attributes: int | None = None
+    events: int | None = None
+
+
+def bounded_attributes(
+    pairs: Sequence[common_pb2.KeyValue], limit: int | None, dropped_before: int = 0
+) -> dict[str, Any]:
+    """:func:`attributes` of the first ``limit`` pairs, with :data:`DROPPED_ATTRIBUTES` when
+    some were left out (``dropped_before``: by the sender)."""
+    kept = pairs if limit is None else itertools.islice(pairs, limit)
+    out = attributes(kept)
+    dropped = dropped_before + (max(0, len(pairs) - limit) if limit is not None else 0)
+    if dropped:
+        out[DROPPED_ATTRIBUTES] = dropped
+    return out
+
+
 def route_of(resource_attributes: Mapping[str, Any]) -> Route:
     """The (project, run) a resource asks for through ``trackio.project`` / ``trackio.run``."""
     project = resource_attributes.get(PROJECT_ATTRIBUTE)
@@ -255,17 +270,19 @@ class DecodedSpans:
     problems: list[str] = field(default_factory=list)
 
 
-def decode_traces(request: trace_service_pb2.ExportTraceServiceRequest) -> DecodedSpans:
+def decode_traces(
+    request: trace_service_pb2.ExportTraceServiceRequest, limits: ItemLimits = ItemLimits()
+) -> DecodedSpans:
     """Turn an ``ExportTraceServiceRequest`` into :class:`SpanRecord` lists, one per route."""
     out = DecodedSpans()
     bad_ids = 0
     for resource_spans in request.resource_spans:
-        resource = attributes(resource_spans.resource.attributes)
+        resource = bounded_attributes(resource_spans.resource.attributes, limits.attributes)
         records = out.by_route.setdefault(route_of(resource), [])
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name or None
             for span in scope_spans.spans:
-                record = _span_record(span, resource, scope)
+                record = _span_record(span, resource, scope, limits)
                 if record is None:
                     bad_ids += 1
                     continue
@@ -282,7 +299,7 @@ def decode_traces(request: trace_service_pb2.ExportTraceServiceRequest) -> Decod
 
 
 def _span_record(
-    span: trace_pb2.Span, resource: Mapping[str, Any], scope: str | None
+    span: trace_pb2.Span, resource: Mapping[str, Any], scope: str | None, limits: ItemLimits
 ) -> SpanRecord | None:
     trace_id = int.from_bytes(span.trace_id, "big")
     span_id = int.from_bytes(span.span_id, "big")
@@ -293,6 +310,13 @@ def _span_record(
         return None
     parent_id = int.from_bytes(parent, "big") if parent else None
     start = span.start_time_unix_nano
+    span_attributes = bounded_attributes(
+        span.attributes, limits.attributes, span.dropped_attributes_count
+    )
+    events = span.events if limits.events is None else span.events[: limits.events]
+    dropped_events = span.dropped_events_count + len(span.events) - len(events)
+    if dropped_events:
+        span_attributes[DROPPED_EVENTS] = dropped_events
     return SpanRecord(
         trace_id=trace_id,
         span_id=span_id,
@@ -301,9 +325,14 @@ def _span_record(
         end_ns=span.end_time_unix_nano or start,
         parent_id=parent_id or None,
         parent_is_remote=bool(span.flags & _HAS_IS_REMOTE and span.flags & _IS_REMOTE),
-        attributes=attributes(span.attributes),
+        attributes=span_attributes,
         events=tuple(
-            EventRecord(e.name, e.time_unix_nano, attributes(e.attributes)) for e in span.events
+            EventRecord(
+                e.name,
+                e.time_unix_nano,
+                bounded_attributes(e.attributes, limits.attributes, e.dropped_attributes_count),
+            )
+            for e in events
         ),
         status=_STATUS.get(span.status.code, "unset"),
         status_description=span.status.message or None,
@@ -337,7 +366,9 @@ class DecodedLogs:
     problems: list[str] = field(default_factory=list)
 
 
-def decode_logs(request: logs_service_pb2.ExportLogsServiceRequest) -> DecodedLogs:
+def decode_logs(
+    request: logs_service_pb2.ExportLogsServiceRequest, limits: ItemLimits = ItemLimits()
+) -> DecodedLogs:
     """Turn an ``ExportLogsServiceRequest`` into :class:`LogEventRecord` lists, one per route.
 
     Only GenAI events (``gen_ai.*`` event names) become records; the other log records are
@@ -346,7 +377,7 @@ def decode_logs(request: logs_service_pb2.ExportLogsServiceRequest) -> DecodedLo
     out = DecodedLogs()
     bad_ids = 0
     for resource_logs in request.resource_logs:
-        resource = attributes(resource_logs.resource.attributes)
+        resource = bounded_attributes(resource_logs.resource.attributes, limits.attributes)
         route = route_of(resource)
         for scope_logs in resource_logs.scope_logs:
             scope = scope_logs.scope.name or None
@@ -357,7 +388,9 @@ def decode_logs(request: logs_service_pb2.ExportLogsServiceRequest) -> DecodedLo
                 record = log_event_record(
                     event_name=getattr(log, "event_name", None),
                     body=any_value(log.body) if log.HasField("body") else None,
-                    attributes=attributes(log.attributes),
+                    attributes=bounded_attributes(
+                        log.attributes, limits.attributes, log.dropped_attributes_count
+                    ),
                     time_ns=log.time_unix_nano or log.observed_time_unix_nano,
                     trace_id=int.from_bytes(log.trace_id, "big"),
                     span_id=int.from_bytes(log.span_id, "big"),

@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline, grace_seconds
 from otel_trackio._engine.sink import TrackioSink
+from otel_trackio._engine.warn import Warnings
 from otel_trackio._offload.client import spool_root
 from otel_trackio._spool import codec
 from otel_trackio._spool.drain import Drainer
@@ -40,6 +41,8 @@ from otel_trackio.receiver._decode import (
     decode_metrics,
     split_metrics,
 )
+from otel_trackio.receiver._limits import DEFAULT_LIMITS
+from otel_trackio.receiver._names import printable_name
 from otel_trackio.settings import TrackioSettings, split_options
 
 _logger = logging.getLogger("otel_trackio.receiver")
@@ -58,6 +61,13 @@ class ReceiverBusy(ReceiverUnavailable):
     """The spool is at its bound: the client should retry after the drain made room."""
 
     retry_after_seconds = 2
+
+
+class RoutesExhausted(ReceiverUnavailable):
+    """A new (project, run) past ``max_routes``: refused retryably (503), never acknowledged
+    and dropped; the operator raises ``--max-routes`` (a warning says so)."""
+
+    retry_after_seconds = 30
 
 
 @dataclass(slots=True)
@@ -143,7 +153,8 @@ class Router:
         settings: settings of every route (project and name set per route).
         spool: the spool directory (default :func:`receiver_spool`); entries left in it by an
             earlier run of the receiver are drained first.
-        max_routes: at most this many (project, run) routes; data for more is rejected.
+        max_routes: at most this many (project, run) routes (the server's own included); data
+            for a new one past it is refused with :class:`RoutesExhausted` (503, retryable).
         **options: settings by name, or ``trackio.init`` keywords for every run it starts.
     """
 
@@ -154,7 +165,7 @@ class Router:
         *,
         settings: TrackioSettings | None = None,
         spool: Path | str | None = None,
-        max_routes: int = 64,
+        max_routes: int = DEFAULT_LIMITS.max_routes,
         **options: Any,
     ) -> None:
         chosen = split_options(options, settings)
@@ -170,6 +181,7 @@ class Router:
         self._closed = False
         self.stats = ReceiverStats()
         self._stats_lock = threading.Lock()
+        self._warn = Warnings(every_seconds=60.0)
         self.producer = Producer(self.spool_path, int(chosen.spool_max_mb * 1024 * 1024))
         try:
             self._names = self._load_names()
@@ -195,8 +207,12 @@ class Router:
         return str(self.default.spans.sink.run_name)
 
     def _key(self, target: Route) -> Key:
+        """The route of a request part; client-chosen names made safe to print."""
         project, run = target
-        return (project or self.project, run or self.name)
+        return (
+            printable_name(project) if project else self.project,
+            printable_name(run) if run else self.name,
+        )
 
     def _load_names(self) -> dict[str, str]:
         """Run names Trackio chose earlier for routes asked for without one (to resume them)."""
@@ -220,11 +236,16 @@ class Router:
             route = self._routes.get(key)
             if route is not None:
                 return route
-            if len(self._routes) >= self.max_routes:
-                raise OverflowError(
-                    f"too many Trackio runs ({self.max_routes}); trackio.project/trackio.run "
-                    f"{key[0]!r}/{key[1]!r} refused"
+            if accepting and len(self._routes) >= self.max_routes:  # spooled data: always
+                message = (
+                    f"all {self.max_routes} routes are in use (--max-routes); "
+                    f"trackio.project/trackio.run {key[0]!r}/{key[1]!r} refused, retry later"
                 )
+                self._warn(
+                    "routes exhausted",
+                    f"{message} (the client retries; a larger --max-routes takes it)",
+                )
+                raise RoutesExhausted(message)
             name = key[1] if key[1] is not None else self._names.get(key[0])
             settings = self.settings.with_options(project=key[0], name=name)
             # A fresh context: no user run is "active" here, and trackio.init's context
@@ -248,6 +269,11 @@ class Router:
             outcome.problems.append(f"{items} items rejected: {exc}")
             return None
         return key
+
+    def _resolve_all(self, items: dict[Route, int], outcome: Outcome) -> dict[Route, Key | None]:
+        """:meth:`_resolve` for every route of a request before any of it is spooled, so a
+        refused route (503) never follows an appended one the client would send again."""
+        return {target: self._resolve(target, n, outcome) for target, n in items.items()}
 
     def _drain_target(self, route: codec.Route) -> _Destination | None:
         project, name = route
@@ -275,8 +301,9 @@ class Router:
         """Spool each route's span records; the drain thread logs them. Raises
         :class:`ReceiverBusy` when the spool is full."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
+        keys = self._resolve_all({t: len(r) for t, r in decoded.by_route.items()}, outcome)
         for target, records in decoded.by_route.items():
-            key = self._resolve(target, len(records), outcome)
+            key = keys[target]
             if key is not None:
                 self._append(codec.SPANS, codec.encode_records(records, key))
         self._count(spans=decoded.accepted, rejected=outcome.rejected)
@@ -287,8 +314,9 @@ class Router:
         other log records are only counted."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
         events = 0
+        keys = self._resolve_all({t: len(r) for t, r in decoded.by_route.items()}, outcome)
         for target, records in decoded.by_route.items():
-            key = self._resolve(target, len(records), outcome)
+            key = keys[target]
             if key is not None:
                 events += len(records)
                 self._append(codec.EVENTS, codec.encode_events(records, key))
@@ -309,20 +337,23 @@ class Router:
             )
             for target, data in decoded.by_route.items()
         }
+        keys = self._resolve_all(points, outcome)
         for target, part in split_metrics(request).items():
-            if target not in points:
-                continue  # nothing of it was accepted
-            key = self._resolve(target, points[target], outcome)
+            key = keys.get(target)  # None too when nothing of it was accepted
             if key is not None:
                 self._append(codec.METRICS, codec.encode_metrics(key, part))
         self._count(points=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
-    def count_refused(self) -> None:
-        """Count a request refused before decoding (bad token, size, type, body)."""
+    def count_refused(self, *, busy: bool = False) -> None:
+        """Count a request refused before decoding (bad token, size, type, body); ``busy``:
+        refused for now (503: the body budget), the client retries."""
         with self._stats_lock:
             self.stats.requests += 1
-            self.stats.rejected_requests += 1
+            if busy:
+                self.stats.refused_busy += 1
+            else:
+                self.stats.rejected_requests += 1
 
     def _count(
         self, spans: int = 0, points: int = 0, logs: int = 0, events: int = 0, rejected: int = 0
