@@ -23,7 +23,11 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 CLOSE = {"Connection": "close"}
 #: bodies up to this size may use the budget's headroom (the usual OTLP batch is far smaller).
 SMALL_REQUEST_BYTES = 1 * MIB
-_INPUT_CHUNK = 64 * 1024  # compressed bytes fed to zlib at once: no copy of the rest per call
+# Compressed bytes fed to zlib at once: from _FIRST_INPUT after a member starts, doubling up to
+# _INPUT_CHUNK. zlib copies what it was fed past a member's end (``unused_data``) and what it
+# could not take (``unconsumed_tail``), so each copy stays under twice the member's own size.
+_FIRST_INPUT = 64
+_INPUT_CHUNK = 64 * 1024
 _OUTPUT_STEP = 1 * MIB  # decompressed bytes taken from zlib (and from the budget) at once
 _RETRY_AFTER_SECONDS = 1
 
@@ -198,8 +202,8 @@ def _inflate(
     limits: ReceiverLimits,
     take: Callable[[int], None] | None,
 ) -> bytes:
-    """Inflate ``data`` (several members for gzip), feeding zlib slices of a view so neither
-    its ``unconsumed_tail`` nor its ``unused_data`` ever copies the rest of the body."""
+    """Inflate ``data`` (several members for gzip), feeding zlib growing slices of a view so
+    neither its ``unconsumed_tail`` nor its ``unused_data`` ever copies the rest of the body."""
     limit = limits.max_body_bytes
     view = memoryview(data)
     end = len(view)
@@ -208,11 +212,13 @@ def _inflate(
     members = 0
     inflater = zlib.decompressobj(wbits)
     pending: bytes | memoryview = b""
+    feed = _FIRST_INPUT
     try:
         while True:
             if not pending and position < end:
-                pending = view[position : position + _INPUT_CHUNK]
+                pending = view[position : position + feed]
                 position += len(pending)
+                feed = min(2 * feed, _INPUT_CHUNK)
             chunk = inflater.decompress(pending, min(_OUTPUT_STEP, limit + 1 - len(out)))
             if chunk:
                 if take is not None:
@@ -233,6 +239,7 @@ def _inflate(
                         warn=True,
                     )
                 inflater, pending = zlib.decompressobj(wbits), b""  # another gzip member
+                feed = _FIRST_INPUT
             elif not chunk and not pending and position >= end:
                 raise RequestError(400, f"truncated {name} body")
     except zlib.error as exc:
