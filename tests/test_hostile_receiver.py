@@ -9,15 +9,8 @@ from __future__ import annotations
 
 import gzip
 import logging
-import os
-import re
-import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
-import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,9 +19,20 @@ import pytest
 import requests
 from conftest import read_traces
 from google.rpc import status_pb2
+from hostile_clients import (
+    EMPTY_GZIP_MEMBER,
+    PROTOBUF,
+    Served,
+    answer,
+    deep_kvlist_json,
+    deep_protobuf,
+    huge_span_request,
+    kv,
+    post_samples,
+    raw_headers,
+    sample,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from opentelemetry.proto.common.v1 import common_pb2
-from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_trackio.receiver._auth import TOKEN_ENV, BearerCheck, resolve_token
@@ -42,60 +46,6 @@ from otel_trackio.receiver._decode import (
 )
 from otel_trackio.receiver._limits import MIB, ReceiverLimits
 from otel_trackio.receiver._names import printable_name
-
-REPO = Path(__file__).resolve().parent.parent
-PROTOBUF = {"Content-Type": "application/x-protobuf"}
-EMPTY_GZIP_MEMBER = gzip.compress(b"")  # 20 bytes
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _field(tag: int, payload: bytes) -> bytes:
-    return bytes([tag]) + _varint(len(payload)) + payload
-
-
-def _kv(key: str, value: object) -> common_pb2.KeyValue:
-    if isinstance(value, int):
-        return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(int_value=value))
-    return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=str(value)))
-
-
-def _sample(
-    step: int, index: int, run: str | None = None
-) -> trace_service_pb2.ExportTraceServiceRequest:
-    """One two-span sample (root + child), routed to ``run`` when given."""
-    trace_id = uuid.uuid4().bytes
-    root = trace_pb2.Span(
-        trace_id=trace_id,
-        span_id=b"\x00" * 7 + b"\x01",
-        name="sample",
-        start_time_unix_nano=1,
-        end_time_unix_nano=10,
-        attributes=[_kv("step", step), _kv("sample_index", index)],
-    )
-    child = trace_pb2.Span(
-        trace_id=trace_id,
-        span_id=b"\x00" * 7 + b"\x02",
-        parent_span_id=root.span_id,
-        name="generate",
-        start_time_unix_nano=2,
-        end_time_unix_nano=9,
-    )
-    resource = resource_pb2.Resource(attributes=[_kv("trackio.run", run)] if run else [])
-    return trace_service_pb2.ExportTraceServiceRequest(
-        resource_spans=[
-            trace_pb2.ResourceSpans(
-                resource=resource, scope_spans=[trace_pb2.ScopeSpans(spans=[child, root])]
-            )
-        ]
-    )
 
 
 def _stored(project: str, run: str = "r") -> list[tuple[int, int]]:
@@ -119,71 +69,6 @@ def _wait_until(condition, timeout: float = 60.0) -> None:
 # -- a receiver process, for its RSS -------------------------------------------------------------
 
 
-class Served:
-    """``otel-trackio serve`` in its own process: its URL, its peak RSS, its output."""
-
-    def __init__(self, project: str, *options: str, env: dict[str, str] | None = None) -> None:
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "otel_trackio",
-                "serve",
-                "--project",
-                project,
-                "--name",
-                "r",
-                "--port",
-                "0",
-                "--summary-seconds",
-                "0",
-                "--sample-grace-seconds",
-                "0",
-                *options,
-            ],
-            cwd=REPO,
-            env={**os.environ, **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.output: list[str] = []
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.output.append(line)
-            found = re.search(r"listening on (http://127\.0\.0\.1:\d+) ", line)
-            if found:
-                self.url = found.group(1)
-                self.port = int(self.url.rsplit(":", 1)[1])
-                break
-        else:
-            raise AssertionError("".join(self.output))
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.output.append(line)
-
-    def rss_mib(self, field: str) -> float:
-        """``VmRSS`` (now) or ``VmHWM`` (peak) of the receiver process, in MiB."""
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        (kib,) = re.findall(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE)
-        return int(kib) / 1024
-
-    def stop(self) -> str:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._reader.join(10)
-        return "".join(self.output)
-
-
 @pytest.fixture
 def serve(project) -> Iterator:
     started: list[Served] = []
@@ -196,19 +81,6 @@ def serve(project) -> Iterator:
     yield start
     for served in started:
         served.stop()
-
-
-def _post_samples(url: str, step: int, indexes: range) -> list[int]:
-    with requests.Session() as session:
-        return [
-            session.post(
-                url + "/v1/traces",
-                data=_sample(step, i).SerializeToString(),
-                headers=PROTOBUF,
-                timeout=60,
-            ).status_code
-            for i in indexes
-        ]
 
 
 # -- gzip ----------------------------------------------------------------------------------------
@@ -277,7 +149,7 @@ def test_gzip_bombs_get_4xx_and_other_clients_are_stored(project, start_receiver
             url, data=body, headers={**PROTOBUF, "Content-Encoding": coding}, timeout=60
         )
         assert response.status_code == status, (coding, response.content[:200])
-    assert _post_samples(receiver.url, 1, range(3)) == [200] * 3
+    assert post_samples(receiver.url, 1, range(3)) == [200] * 3
     receiver.stop()
     assert _stored(project) == [(1, 0), (1, 1), (1, 2)]
 
@@ -285,36 +157,14 @@ def test_gzip_bombs_get_4xx_and_other_clients_are_stored(project, start_receiver
 # -- nesting -------------------------------------------------------------------------------------
 
 
-def _deep_kvlist_json(depth: int) -> bytes:
-    """An OTLP JSON request whose one attribute is a key-value list nested ``depth`` deep (as
-    text: ``json.dumps`` itself cannot write it)."""
-    value = '{"stringValue": "bottom"}'
-    for _ in range(depth):
-        value = '{"kvlistValue": {"values": [{"key": "k", "value": ' + value + "}]}}"
-    span = f'{{"traceId": "{"1" * 32}", "spanId": "{"2" * 16}", "name": "deep", '
-    span += f'"attributes": [{{"key": "k", "value": {value}}}]}}'
-    return f'{{"resourceSpans": [{{"scopeSpans": [{{"spans": [{span}]}}]}}]}}'.encode()
-
-
-def _deep_protobuf(depth: int) -> bytes:
-    """A span attribute of arrays nested ``depth`` deep, as wire bytes (the protobuf API itself
-    refuses to build one past its depth limit)."""
-    value = _field(0x0A, b"bottom")  # AnyValue.string_value
-    for _ in range(depth):
-        value = _field(0x2A, _field(0x0A, value))  # AnyValue.array_value -> ArrayValue.values
-    attribute = _field(0x0A, b"deep") + _field(0x12, value)  # KeyValue key, value
-    span = _field(0x0A, b"\x01" * 16) + _field(0x12, b"\x02" * 8) + _field(0x4A, attribute)
-    return _field(0x0A, _field(0x12, _field(0x12, span)))
-
-
 def test_deep_nesting_is_a_400_with_one_warning_line_and_no_traceback(
     project, start_receiver, caplog
 ):
     receiver = start_receiver(sample_grace_seconds=0)
     url = receiver.url + "/v1/traces"
-    kvlist = _deep_kvlist_json(300)
+    kvlist = deep_kvlist_json(300)
     brackets = b'{"resourceSpans": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    protobuf = _deep_protobuf(300)
+    protobuf = deep_protobuf(300)
     with caplog.at_level(logging.DEBUG, logger="otel_trackio"):
         answers = [
             requests.post(
@@ -328,7 +178,7 @@ def test_deep_nesting_is_a_400_with_one_warning_line_and_no_traceback(
             ),
             requests.post(url, data=protobuf, headers=PROTOBUF, timeout=60),
         ]
-        assert _post_samples(receiver.url, 2, range(2)) == [200, 200]
+        assert post_samples(receiver.url, 2, range(2)) == [200, 200]
         receiver.stop()
     assert [a.status_code for a in answers] == [400, 400, 400]
     assert "nested deeper than 128 levels" in answers[0].json()["message"]
@@ -343,26 +193,6 @@ def test_deep_nesting_is_a_400_with_one_warning_line_and_no_traceback(
 # -- bodies and headers held open ----------------------------------------------------------------
 
 
-def _raw_headers(length: int | None, port: int) -> bytes:
-    size = f"Content-Length: {length}\r\n" if length is not None else ""
-    return (
-        f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Content-Type: application/x-protobuf\r\n{size}\r\n"
-    ).encode()
-
-
-def _answer(sock: socket.socket, timeout: float = 60.0) -> bytes:
-    """What the receiver sent before closing (b"" when it closed without a word)."""
-    sock.settimeout(timeout)
-    chunks = []
-    try:
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    except (TimeoutError, ConnectionResetError):
-        pass
-    return b"".join(chunks)
-
-
 def test_held_bodies_are_bounded_and_timed_out_while_others_are_stored(project, serve):
     served = serve("--read-timeout-seconds", "3", "--body-timeout-seconds", "6")
     held_size = 19 * MIB
@@ -371,16 +201,16 @@ def test_held_bodies_are_bounded_and_timed_out_while_others_are_stored(project, 
     refused = 0
     for _ in range(30):
         sock = socket.create_connection(("127.0.0.1", served.port), timeout=60)
-        sock.sendall(_raw_headers(held_size, served.port))
+        sock.sendall(raw_headers(held_size, served.port))
         try:
             sock.sendall(b"\0" * (held_size - 1))  # all but the last byte, then hold
         except (BrokenPipeError, ConnectionResetError):
             refused += 1
         attackers.append(sock)
     # Meanwhile small batches go straight through (the budget keeps headroom for them).
-    assert _post_samples(served.url, 3, range(10)) == [200] * 10
+    assert post_samples(served.url, 3, range(10)) == [200] * 10
     peak_during = served.rss_mib("VmHWM")
-    answers = [_answer(sock) for sock in attackers]
+    answers = [answer(sock) for sock in attackers]
     for sock in attackers:
         sock.close()
     statuses = sorted(a.split(b" ", 2)[1].decode() for a in answers if a)
@@ -388,7 +218,7 @@ def test_held_bodies_are_bounded_and_timed_out_while_others_are_stored(project, 
     assert statuses.count("408") <= 3 and statuses.count("503") >= 27 - refused
     # Slow headers: eight connections at one byte per 0.3 s are closed after the deadline.
     slow = [socket.create_connection(("127.0.0.1", served.port), timeout=60) for _ in range(8)]
-    header = _raw_headers(10, served.port)
+    header = raw_headers(10, served.port)
     closed: set[int] = set()
     for position in range(len(header)):
         for k, sock in enumerate(slow):
@@ -401,11 +231,11 @@ def test_held_bodies_are_bounded_and_timed_out_while_others_are_stored(project, 
         if len(closed) == len(slow):
             break
         time.sleep(0.3)
-    slow_answers = [_answer(sock) for sock in slow]
+    slow_answers = [answer(sock) for sock in slow]
     for sock in slow:
         sock.close()
     assert all(a.startswith(b"HTTP/1.1 408") for a in slow_answers), slow_answers
-    assert _post_samples(served.url, 3, range(10, 20)) == [200] * 10
+    assert post_samples(served.url, 3, range(10, 20)) == [200] * 10
     peak = served.rss_mib("VmHWM")
     output = served.stop()
     print(f"receiver RSS {before:.0f} MiB before, peak {peak_during:.0f} / {peak:.0f} MiB")
@@ -417,31 +247,14 @@ def test_held_bodies_are_bounded_and_timed_out_while_others_are_stored(project, 
 # -- a span with a million attributes ------------------------------------------------------------
 
 
-def _huge_span_request(attributes: int) -> bytes:
-    """A request of one sample root with ``attributes`` int attributes (built as wire bytes:
-    the protobuf API takes minutes for a million repeated fields)."""
-    head = trace_pb2.Span(
-        trace_id=uuid.uuid4().bytes,
-        span_id=b"\x00" * 7 + b"\x07",
-        name="huge",
-        start_time_unix_nano=1,
-        end_time_unix_nano=2,
-        attributes=[_kv("step", 4), _kv("sample_index", 99)],
-    ).SerializeToString()
-    pairs = b"".join(
-        _field(0x4A, _kv(f"a{i}", i).SerializeToString()) for i in range(attributes)
-    )  # field 9: Span.attributes
-    return _field(0x0A, _field(0x12, _field(0x12, head + pairs)))
-
-
 def test_a_span_with_a_million_attributes_is_cut_with_bounded_memory(project, serve):
     served = serve()
-    body = _huge_span_request(1_000_000)
+    body = huge_span_request(1_000_000)
     assert 16 * MIB < len(body) < 20 * MIB
     before = served.rss_mib("VmRSS")
     response = requests.post(served.url + "/v1/traces", data=body, headers=PROTOBUF, timeout=120)
     assert response.status_code == 200
-    assert _post_samples(served.url, 5, range(5)) == [200] * 5
+    assert post_samples(served.url, 5, range(5)) == [200] * 5
     _wait_until(lambda: len(_stored(project)) == 6)
     peak = served.rss_mib("VmHWM")
     output = served.stop()
@@ -459,10 +272,10 @@ def test_attribute_and_event_caps_keep_the_first_and_mark_the_cut():
         trace_id=b"\x01" * 16,
         span_id=b"\x02" * 8,
         name="s",
-        attributes=[_kv(f"a{i}", i) for i in range(10)],
+        attributes=[kv(f"a{i}", i) for i in range(10)],
         dropped_attributes_count=5,  # the sender's SDK cut some already
         events=[
-            trace_pb2.Span.Event(name=f"e{i}", attributes=[_kv(f"x{j}", j) for j in range(4)])
+            trace_pb2.Span.Event(name=f"e{i}", attributes=[kv(f"x{j}", j) for j in range(4)])
             for i in range(6)
         ],
     )
@@ -517,19 +330,19 @@ def test_an_exhausted_route_cap_is_a_retryable_503_with_a_warning(project, start
     def post(request: trace_service_pb2.ExportTraceServiceRequest) -> requests.Response:
         return requests.post(url, data=request.SerializeToString(), headers=PROTOBUF, timeout=60)
 
-    assert post(_sample(6, 0)).status_code == 200
-    assert post(_sample(6, 1, run="a")).status_code == 200
+    assert post(sample(6, 0)).status_code == 200
+    assert post(sample(6, 1, run="a")).status_code == 200
     with caplog.at_level(logging.WARNING, logger="otel_trackio"):
-        refused = post(_sample(6, 2, run="b"))
+        refused = post(sample(6, 2, run="b"))
         # one request for a served run and a new one: refused whole, nothing of it spooled
-        both = _sample(6, 3, run="a")
-        both.resource_spans.extend(_sample(6, 4, run="c").resource_spans)
+        both = sample(6, 3, run="a")
+        both.resource_spans.extend(sample(6, 4, run="c").resource_spans)
         refused_both = post(both)
     assert refused.status_code == 503 and refused.headers["Retry-After"] == "30"
     assert "max-routes" in _message(refused)
     assert refused_both.status_code == 503
     assert [r for r in caplog.records if "routes are in use" in r.getMessage()]
-    assert post(_sample(6, 5, run="a")).status_code == 200
+    assert post(sample(6, 5, run="a")).status_code == 200
     receiver.stop()
     assert _stored(project) == [(6, 0)]
     assert _stored(project, "a") == [(6, 1), (6, 5)]
@@ -539,7 +352,7 @@ def test_an_exhausted_route_cap_is_a_retryable_503_with_a_warning(project, start
 def test_route_names_are_escaped_before_they_reach_a_terminal(project, start_receiver, capfd):
     receiver = start_receiver(sample_grace_seconds=0)
     hostile = "run\x1b[2J\x1b]0;pwned\x07\rhidden\u202eevil"
-    request = _sample(7, 0, run=hostile)
+    request = sample(7, 0, run=hostile)
     response = requests.post(
         receiver.url + "/v1/traces", data=request.SerializeToString(), headers=PROTOBUF, timeout=60
     )
@@ -582,7 +395,7 @@ def test_token_from_env_or_file_and_the_bearer_scheme_in_any_case(
     assert not check.allows(None) and not check.allows("s3cret")
 
     receiver = start_receiver(token="s3cret", sample_grace_seconds=0)
-    body = _sample(8, 0).SerializeToString()
+    body = sample(8, 0).SerializeToString()
     url = receiver.url + "/v1/traces"
     lower = requests.post(
         url, data=body, headers={**PROTOBUF, "Authorization": "bearer s3cret"}, timeout=60
@@ -599,7 +412,7 @@ def test_serve_takes_its_token_from_the_environment_not_the_command_line(project
     served = serve(env={TOKEN_ENV: "s3cret-from-env"})
     command_line = Path(f"/proc/{served.process.pid}/cmdline").read_bytes()
     assert b"s3cret" not in command_line  # what ps shows
-    body = _sample(9, 0).SerializeToString()
+    body = sample(9, 0).SerializeToString()
     url = served.url + "/v1/traces"
     missing = requests.post(url, data=body, headers=PROTOBUF, timeout=60)
     given = requests.post(
