@@ -49,9 +49,10 @@ def kv(key: str, value: object) -> common_pb2.KeyValue:
 
 
 def sample(
-    step: int, index: int, run: str | None = None
+    step: int, index: int, run: str | None = None, pad: int = 0
 ) -> trace_service_pb2.ExportTraceServiceRequest:
-    """One two-span sample (root + child), routed to ``run`` when given."""
+    """One two-span sample (root + child), routed to ``run`` when given; ``pad`` characters of
+    filler make the body as large as wanted."""
     trace_id = uuid.uuid4().bytes
     root = trace_pb2.Span(
         trace_id=trace_id,
@@ -59,7 +60,8 @@ def sample(
         name="sample",
         start_time_unix_nano=1,
         end_time_unix_nano=10,
-        attributes=[kv("step", step), kv("sample_index", index)],
+        attributes=[kv("step", step), kv("sample_index", index)]
+        + ([kv("pad", "p" * pad)] if pad else []),
     )
     child = trace_pb2.Span(
         trace_id=trace_id,
@@ -92,24 +94,16 @@ class Served:
         env: dict[str, str] | None = None,
         source: Path = REPO,
     ) -> None:
+        defaults = {
+            "--project": project,
+            "--name": "r",
+            "--port": "0",
+            "--summary-seconds": "0",
+            "--sample-grace-seconds": "0",
+        }
+        arguments = [part for option in defaults.items() for part in option]
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "otel_trackio",
-                "serve",
-                "--project",
-                project,
-                "--name",
-                "r",
-                "--port",
-                "0",
-                "--summary-seconds",
-                "0",
-                "--sample-grace-seconds",
-                "0",
-                *options,
-            ],
+            [sys.executable, "-m", "otel_trackio", "serve", *arguments, *options],
             cwd=source,
             env={**os.environ, **(env or {})},
             stdout=subprocess.PIPE,
