@@ -8,6 +8,7 @@ client's samples keep being stored meanwhile (read back from Trackio by (step, s
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import socket
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import read_traces
+from google.protobuf import json_format
 from google.rpc import status_pb2
 from hostile_clients import (
     EMPTY_GZIP_MEMBER,
@@ -43,6 +45,7 @@ from otel_trackio.receiver._decode import (
     ItemLimits,
     RequestError,
     decode_traces,
+    parse_request,
 )
 from otel_trackio.receiver._limits import MIB, ReceiverLimits
 from otel_trackio.receiver._names import printable_name
@@ -293,6 +296,21 @@ def test_attribute_and_event_caps_keep_the_first_and_mark_the_cut():
     assert record.events[0].attributes == {"x0": 0, "x1": 1, "x2": 2, DROPPED_ATTRIBUTES: 1}
     (whole,) = decode_traces(request).by_route[(None, None)]
     assert len(whole.attributes) == 11 and len(whole.events) == 6  # 10 + the sender's cut
+
+    # OTLP JSON is cut while parsing, before the (costly) message is built
+    document = json_format.MessageToDict(request)
+    (as_dict,) = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    as_dict.update(traceId="01" * 16, spanId="02" * 8)  # OTLP JSON ids are hex
+    as_json = json.dumps(document)
+    limits = ItemLimits(attributes=3, events=2)
+    parsed = parse_request(
+        as_json.encode(), "json", trace_service_pb2.ExportTraceServiceRequest, limits=limits
+    )
+    (cut,) = parsed.resource_spans[0].scope_spans[0].spans
+    assert (len(cut.attributes), cut.dropped_attributes_count) == (3, 12)
+    assert (len(cut.events), cut.dropped_events_count) == (2, 4)
+    (from_json,) = decode_traces(parsed, limits).by_route[(None, None)]
+    assert from_json.attributes == record.attributes and from_json.events == record.events
 
 
 # -- the body budget -----------------------------------------------------------------------------

@@ -98,6 +98,18 @@ class RequestError(ValueError):
         self.warn = warn
 
 
+@dataclass(frozen=True, slots=True)
+class ItemLimits:
+    """Caps applied while decoding, before anything is held as records: the OTel SDK's span
+    limits semantics (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``, ``OTEL_SPAN_EVENT_COUNT_LIMIT``):
+    the first ``attributes`` attributes of a span, event, log record or resource and the first
+    ``events`` events of a span are kept, the cut is marked (:data:`DROPPED_ATTRIBUTES`,
+    :data:`DROPPED_EVENTS`). None: no cap."""
+
+    attributes: int | None = None
+    events: int | None = None
+
+
 # -- content type and encoding -----------------------------------------------------------------
 
 
@@ -122,10 +134,16 @@ MAX_JSON_DEPTH = 128
 
 
 def parse_request(
-    body: bytes, encoding: Encoding, message_type: type[M], max_json_depth: int = MAX_JSON_DEPTH
+    body: bytes,
+    encoding: Encoding,
+    message_type: type[M],
+    max_json_depth: int = MAX_JSON_DEPTH,
+    limits: ItemLimits = ItemLimits(),
 ) -> M:
     """Parse an OTLP request message from protobuf bytes or OTLP JSON; 400 when malformed or,
-    for JSON, nested deeper than ``max_json_depth`` (checked before any recursive step)."""
+    for JSON, nested deeper than ``max_json_depth`` (checked before any recursive step). JSON
+    attribute and event lists are cut to ``limits`` before the message is built (the cut counted
+    in ``droppedAttributesCount`` / ``droppedEventsCount``), as building it is the costly part."""
     message: M = message_type()
     if encoding == "protobuf":
         try:
@@ -141,7 +159,7 @@ def parse_request(
         raise RequestError(400, f"malformed JSON body: {exc}") from None
     if not isinstance(document, dict):
         raise RequestError(400, "malformed JSON body: the top level must be an object")
-    _hex_ids_to_base64(document, max_json_depth)
+    _prepare_json(document, max_json_depth, limits)
     try:
         json_format.ParseDict(document, message, ignore_unknown_fields=True)
     except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
@@ -155,8 +173,9 @@ def _too_deep(max_depth: int) -> RequestError:
     )
 
 
-def _hex_ids_to_base64(document: dict[str, Any], max_depth: int) -> None:
-    """OTLP JSON writes trace/span ids as hex; protobuf JSON expects base64 for bytes fields.
+def _prepare_json(document: dict[str, Any], max_depth: int, limits: ItemLimits) -> None:
+    """Make OTLP JSON protobuf JSON, bounded: trace/span ids from hex to base64 (protobuf JSON
+    expects base64 for bytes fields), attribute and event lists cut to ``limits``.
 
     Walks the document with an explicit stack (no recursion), refusing it past ``max_depth``.
     """
@@ -166,6 +185,8 @@ def _hex_ids_to_base64(document: dict[str, Any], max_depth: int) -> None:
         if depth > max_depth:
             raise _too_deep(max_depth)
         if isinstance(node, dict):
+            _cut(node, "attributes", limits.attributes, "droppedAttributesCount")
+            _cut(node, "events", limits.events, "droppedEventsCount")
             for key, value in node.items():
                 if key in _ID_KEYS and isinstance(value, str):
                     try:
@@ -179,6 +200,18 @@ def _hex_ids_to_base64(document: dict[str, Any], max_depth: int) -> None:
                     stack.append((value, depth + 1))
         else:
             stack.extend((item, depth + 1) for item in node if isinstance(item, (dict, list)))
+
+
+def _cut(node: dict[str, Any], key: str, limit: int | None, counter: str) -> None:
+    """Keep the first ``limit`` items of the list ``node[key]``, adding the rest to the count
+    ``node[counter]`` (which protobuf ignores on messages without that field)."""
+    items = node.get(key)
+    if limit is None or not isinstance(items, list) or len(items) <= limit:
+        return
+    before = node.get(counter)
+    dropped = int(str(before)) if isinstance(before, int) or str(before).isdigit() else 0
+    node[key] = items[:limit]
+    node[counter] = dropped + len(items) - limit
 
 
 def encode_message(message: Message, encoding: Encoding) -> bytes:
@@ -220,18 +253,6 @@ def attributes(pairs: Iterable[common_pb2.KeyValue]) -> dict[str, Any]:
         if value is not None:
             out[pair.key] = value
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class ItemLimits:
-    """Caps applied while decoding, before anything is held as records: the OTel SDK's span
-    limits semantics (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``, ``OTEL_SPAN_EVENT_COUNT_LIMIT``):
-    the first ``attributes`` attributes of a span, event, log record or resource and the first
-    ``events`` events of a span are kept, the cut is marked (:data:`DROPPED_ATTRIBUTES`,
-    :data:`DROPPED_EVENTS`). None: no cap."""
-
-    attributes: int | None = None
-    events: int | None = None
 
 
 def bounded_attributes(

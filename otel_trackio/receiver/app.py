@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -24,7 +25,13 @@ from starlette.routing import Route
 
 from otel_trackio._engine.warn import Warnings
 from otel_trackio.receiver._auth import BearerCheck
-from otel_trackio.receiver._body import BodyBudget, BodyClaim, decompress, read_body
+from otel_trackio.receiver._body import (
+    SMALL_REQUEST_BYTES,
+    BodyBudget,
+    BodyClaim,
+    decompress,
+    read_body,
+)
 from otel_trackio.receiver._decode import (
     Encoding,
     ItemLimits,
@@ -81,6 +88,9 @@ def create_app(
     budget = BodyBudget(limits.inflight_bytes)
     item_limits = ItemLimits(router.settings.max_span_attributes, router.settings.max_span_events)
     warn = Warnings(every_seconds=60.0)
+    # JSON costs ~10x its size in Python objects while parsed (protobuf ~5x, outside Python):
+    # large JSON bodies are parsed one at a time, so their peak memory does not add up.
+    large_json = threading.BoundedSemaphore(1)
 
     async def handle(
         request: Request, process: Callable[[bytes, str | None, Encoding, BodyClaim], Any]
@@ -124,7 +134,11 @@ def create_app(
             body: bytes, content_encoding: str | None, encoding: Encoding, claim: BodyClaim
         ) -> Message:
             data = decompress(body, content_encoding, limits, claim.take)
-            request = parse_request(data, encoding, message_type, limits.max_json_depth)
+            slot = large_json if encoding == "json" and len(data) > SMALL_REQUEST_BYTES else None
+            with slot or contextlib.nullcontext():
+                request = parse_request(
+                    data, encoding, message_type, limits.max_json_depth, item_limits
+                )
             del data  # the decoded request is all that is needed from here
             outcome = export(request)
             return respond(outcome.rejected, outcome.message)
