@@ -202,7 +202,7 @@ def answer(sock: socket.socket, timeout: float = 60.0) -> bytes:
     try:
         while chunk := sock.recv(65536):
             chunks.append(chunk)
-    except (TimeoutError, ConnectionResetError):
+    except OSError:  # reset, timed out, or closed meanwhile
         pass
     return b"".join(chunks)
 
