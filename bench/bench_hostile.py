@@ -34,6 +34,7 @@ from hostile_clients import (  # noqa: E402
     Served,
     answer,
     deep_kvlist_json,
+    huge_json_span_request,
     huge_span_request,
     raw_headers,
     sample,
@@ -145,29 +146,63 @@ def slow_headers(served: Served) -> list[str]:
     ]
 
 
+def _stored_indexes(project: str) -> set[int]:
+    from trackio.sqlite_storage import SQLiteStorage
+
+    try:
+        traces = SQLiteStorage.get_traces(project, "r")
+    except Exception:  # noqa: BLE001 - not created yet
+        return set()
+    return {t["metadata"].get("sample_index") for t in traces}
+
+
 def huge_span(served: Served) -> list[str]:
-    body = huge_span_request(1_000_000)
-    result: list[int] = []
-    sender = threading.Thread(target=lambda: result.append(_post(served.url, body, PROTOBUF)))
+    """One span with 1,000,000 attributes (protobuf)."""
+    return _huge(served, huge_span_request(1_000_000), PROTOBUF, 99, "1,000,000 attributes")
+
+
+def huge_json_span(served: Served) -> list[str]:
+    """One span with 400,000 attributes (OTLP JSON: the most a 20 MB body holds)."""
+    body = huge_json_span_request(400_000)
+    headers = {"Content-Type": "application/json"}
+    return _huge(served, body, headers, 98, "400,000 attributes in JSON")
+
+
+def _huge(
+    served: Served, body: bytes, headers: dict[str, str], index: int, label: str
+) -> list[str]:
+    """The huge span, then another client's batch: how long until that batch is *stored* (the
+    drain logs the spool in order), the receiver's CPU and peak RSS once both are stored."""
     cpu = served.cpu_seconds()
-    sender.start()
-    time.sleep(0.5)
-    status, seconds = _small_batch(served.url, 1)
-    sender.join()
+    status_huge = _post(served.url, body, headers)
+    started = time.perf_counter()
+    status, _ = _small_batch(served.url, 1)
+    stored_after = None
+    deadline = started + 600
+    while time.perf_counter() < deadline:
+        stored = _stored_indexes(served.project)
+        if stored_after is None and 1 in stored:
+            stored_after = time.perf_counter() - started
+        if {1, index} <= stored:
+            break
+        time.sleep(0.2)
     peak = served.rss_mib("VmHWM")
+    delay = f"{stored_after:.1f} s" if stored_after is not None else "not within 600 s"
     return [
-        f"one span with 1,000,000 attributes ({len(body) / 1e6:.1f} MB): {result[0]}, "
+        f"one span with {label} ({len(body) / 1e6:.1f} MB): {status_huge}, "
         f"{served.cpu_seconds() - cpu:.1f} s receiver CPU, peak RSS {peak:.0f} MiB; another "
-        f"client's batch {status} in {seconds:.2f} s"
+        f"client's batch {status}, stored {delay} after it was sent"
     ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--source", type=Path, default=HERE.parent, help="checkout to run")
+    parser.add_argument("--only", default=None, help="one attack: bombs, held_bodies, ...")
     args = parser.parse_args()
     lines: list[str] = []
-    for attack in (bombs, held_bodies, slow_headers, huge_span):
+    attacks = (bombs, held_bodies, slow_headers, huge_span, huge_json_span)
+    for attack in (a for a in attacks if args.only in (None, a.__name__)):
         served = Served(f"bench-hostile-{attack.__name__}", source=args.source)
         try:
             found = attack(served)

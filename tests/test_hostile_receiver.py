@@ -253,7 +253,7 @@ def test_held_bodies_are_bounded_and_timed_out_while_others_are_stored(project, 
 def test_a_span_with_a_million_attributes_is_cut_with_bounded_memory(project, serve):
     served = serve()
     body = huge_span_request(1_000_000)
-    assert 16 * MIB < len(body) < 20 * MIB
+    assert 15 * MIB < len(body) < 20 * MIB  # 17 MB in the issue
     before = served.rss_mib("VmRSS")
     response = requests.post(served.url + "/v1/traces", data=body, headers=PROTOBUF, timeout=120)
     assert response.status_code == 200
