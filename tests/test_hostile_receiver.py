@@ -238,6 +238,15 @@ def test_held_bodies_are_bounded_and_timed_out_while_others_are_stored(project, 
     for sock in slow:
         sock.close()
     assert all(a.startswith(b"HTTP/1.1 408") for a in slow_answers), slow_answers
+    # An endless header section is cut at 64 KiB.
+    endless = socket.create_connection(("127.0.0.1", served.port), timeout=60)
+    try:
+        endless.sendall(b"POST /v1/traces HTTP/1.1\r\nX-Filler: " + b"x" * (1024 * 1024))
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    too_big = answer(endless)
+    endless.close()
+    assert too_big.startswith(b"HTTP/1.1 431"), too_big[:100]
     assert post_samples(served.url, 3, range(10, 20)) == [200] * 10
     peak = served.rss_mib("VmHWM")
     output = served.stop()
