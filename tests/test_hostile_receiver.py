@@ -37,16 +37,10 @@ from hostile_clients import (
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from otel_trackio._codec.otlp import DROPPED_ATTRIBUTES, DROPPED_EVENTS, ItemLimits, decode_traces
 from otel_trackio.receiver._auth import TOKEN_ENV, BearerCheck, resolve_token
 from otel_trackio.receiver._body import BodyBudget, decompress
-from otel_trackio.receiver._decode import (
-    DROPPED_ATTRIBUTES,
-    DROPPED_EVENTS,
-    ItemLimits,
-    RequestError,
-    decode_traces,
-    parse_request,
-)
+from otel_trackio.receiver._decode import RequestError, parse_request
 from otel_trackio.receiver._limits import MIB, ReceiverLimits
 from otel_trackio.receiver._names import printable_name
 

@@ -37,7 +37,7 @@ from otel_trackio.receiver import OTLPReceiver, is_loopback
 from otel_trackio.receiver._body import decompress
 from otel_trackio.receiver._decode import RequestError, parse_request
 from otel_trackio.receiver._limits import ReceiverLimits
-from otel_trackio.receiver._routing import Summary
+from otel_trackio.receiver._summary import Summary
 from otel_trackio.receiver.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,7 +23,7 @@ _EXPORTS = {
     "ReceiverLimits": "._limits",
     "ReceiverStats": "._routing",
     "ReceiverUnavailable": "._routing",
-    "RoutesExhausted": "._routing",
+    "RoutesExhausted": "._errors",
     "create_app": ".app",
     "is_loopback": ".server",
 }

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from otel_trackio._codec.otlp import ItemLimits, decode_logs, decode_metrics, decode_traces
 from otel_trackio._engine.warn import Warnings
 from otel_trackio.receiver._auth import BearerCheck
 from otel_trackio.receiver._body import (
@@ -34,12 +35,8 @@ from otel_trackio.receiver._body import (
 )
 from otel_trackio.receiver._decode import (
     Encoding,
-    ItemLimits,
     M,
     RequestError,
-    decode_logs,
-    decode_metrics,
-    decode_traces,
     encode_message,
     encoding_of,
     logs_response,
@@ -48,8 +45,10 @@ from otel_trackio.receiver._decode import (
     status_body,
     trace_response,
 )
+from otel_trackio.receiver._errors import ReceiverUnavailable
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
-from otel_trackio.receiver._routing import Outcome, ReceiverUnavailable, Router
+from otel_trackio.receiver._routing import Router
+from otel_trackio.receiver._stats import Outcome
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
@@ -155,7 +154,7 @@ def create_app(
     )
     metrics = endpoint(
         metrics_service_pb2.ExportMetricsServiceRequest,
-        lambda request: router.export_metrics(decode_metrics(request), request),
+        lambda request: router.export_metrics(decode_metrics(request)),
         metrics_response,
     )
     logs = endpoint(

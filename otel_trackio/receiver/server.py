@@ -19,7 +19,8 @@ import uvicorn
 
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
 from otel_trackio.receiver._protocol import guarded_protocol
-from otel_trackio.receiver._routing import Router, Summary
+from otel_trackio.receiver._routing import Router
+from otel_trackio.receiver._summary import Summary
 from otel_trackio.receiver.app import create_app
 from otel_trackio.settings import TrackioSettings
 
