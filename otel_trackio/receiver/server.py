@@ -92,7 +92,8 @@ class OTLPReceiver:
         if not token and not is_loopback(host):
             raise ValueError(
                 f"refusing to listen on non-loopback address {host!r} without a token: "
-                "pass --token (clients send 'Authorization: Bearer <token>')"
+                "pass --token-file, OTEL_TRACKIO_RECEIVER_TOKEN or --token (clients send "
+                "'Authorization: Bearer <token>')"
             )
         limits = limits or DEFAULT_LIMITS
         shorthands = {"max_body_bytes": max_body_bytes, "max_routes": max_routes}
