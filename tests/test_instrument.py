@@ -481,17 +481,17 @@ def test_verl_style_example_runs_and_decodes_tokens(tmp_path):
         assert t["messages"][0]["content"].startswith("What is")  # decoded token ids
         assert "reward" in next(s for s in t["spans"] if s["parent_id"] is None)["metadata"]
     assert all(len(indices) <= 3 for indices in per_step.values())
-    assert all(t["metadata"]["validate"] is (t["step"] == 3) for t in samples)
+    assert all(("validate" in t["metadata"]) is (t["step"] == 3) for t in samples)
     # The header leads with the sample and its outcome; the root shows question -> answer.
     for t in samples:
         training = t["step"] < 3
-        assert list(t["metadata"])[: 6 if training else 4] == [
+        assert list(t["metadata"])[: 6 if training else 5] == [
             "step",
             "sample_index",
-            *(["rollout_n"] if training else []),
-            "validate",
-            *(["prompt_uid"] if training else []),
+            *(["rollout_n"] if training else ["validate"]),
             "reward",
+            "status",
+            *(["prompt_uid"] if training else []),
         ]
         root = next(s for s in t["spans"] if s["parent_id"] is None)
         assert root["input"].startswith("What is") and root["output"].startswith("The answer is")

@@ -228,6 +228,12 @@ def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
     ]
 
 
+def _table(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """Plain rows as a ``trackio.Table`` (its columns: the first row's keys, in order)."""
+    data: Any = [dict(row) for row in rows]  # Trackio takes dict rows (typed as lists)
+    return trackio.Table(data=data)
+
+
 # -- runs this package started, shared per (project, name) ------------------------------------
 
 _registry_lock = threading.Lock()
@@ -316,10 +322,27 @@ class TrackioSink:
         """Log one Trackio entry at ``step`` on the held run. Raises what ``run.log`` raises."""
         self.run.log(dict(values), step=step)
 
-    def log_traces(self, key: str, traces: Sequence[Mapping[str, Any]], step: int) -> None:
-        """Log trace dicts (messages, metadata, spans) as one list of Traces at ``step``."""
+    def log_traces(
+        self,
+        key: str,
+        traces: Sequence[Mapping[str, Any]],
+        step: int,
+        *,
+        table: tuple[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> None:
+        """Log trace dicts (messages, metadata, spans) as one list of Traces at ``step``; with
+        ``table`` (a key and plain rows), that table too, in the same log entry."""
         if traces:
-            self.run.log({key: trace_entries(traces)}, step=step)
+            entry: dict[str, Any] = {key: trace_entries(traces)}
+            if table is not None and table[1]:
+                entry[table[0]] = _table(table[1])
+            self.run.log(entry, step=step)
+
+    def log_table(self, key: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:
+        """Log plain rows (the same columns, in order) as one ``trackio.Table`` at ``step``:
+        the Media & Tables tab shows it under ``key``, one column per row key."""
+        if rows:
+            self.run.log({key: _table(rows)}, step=step)
 
     def flush(self, timeout_seconds: float = 30.0) -> bool:
         """Write what the held run has queued to Trackio's local storage now, on this thread.
