@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import trackio
 from conftest import read_logs, read_traces
+from test_outcomes import COLUMNS
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio import log_generations
@@ -81,17 +82,7 @@ def test_tuples_short_tuples_and_dicts_in_one_log_call(project):
         [3, None, 0.5, "success", "", '{"text": "hello"}', 1, None, None],
         [4, None, None, "success", "", "42", 1, None, None],
     ]
-    assert list(table["_value"][0]) == [
-        "sample_index",
-        "rollout_n",
-        "reward",
-        "status",
-        "detail",
-        "answer",
-        "turns",
-        "tokens",
-        "latency_ms",
-    ]
+    assert list(table["_value"][0]) == COLUMNS  # the rollouts' columns
 
 
 def test_explicit_run_and_key(project):

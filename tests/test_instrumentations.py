@@ -264,7 +264,7 @@ SUBPROCESS_SCRIPT = """
 import sys, types
 from importlib.metadata import version
 # conftest would point TRACKIO_DIR at a new temp folder; this process must use the parent's.
-sys.modules["conftest"] = types.SimpleNamespace(read_traces=None)
+sys.modules["conftest"] = types.SimpleNamespace(read_traces=0, root_span_id=0, trace_usage=0)
 import test_instrumentations as t
 print(version("opentelemetry-instrumentation-openai"))
 t.run_conversation("openllmetry", sys.argv[1], sys.argv[2])
@@ -334,7 +334,7 @@ OPENAI_V2_EVENTS = ROOT / ".venv" / "openai-v2-2.3"
 PER_MESSAGE_SCRIPT = """
 import json, os, sys, types
 from importlib.metadata import version
-sys.modules["conftest"] = types.SimpleNamespace(read_traces=None)
+sys.modules["conftest"] = types.SimpleNamespace(read_traces=0, root_span_id=0, trace_usage=0)
 os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "true"
 import test_instrumentations as t
 print(version("opentelemetry-instrumentation-openai-v2"))

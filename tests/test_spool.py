@@ -42,7 +42,15 @@ from otel_trackio.receiver import OTLPReceiver
 
 REPO = Path(__file__).resolve().parent.parent
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
-VOLATILE = {"id", "parent_id", "start_time", "end_time", "duration_ms", "trace_id", "root_span_id"}
+VOLATILE = {
+    "id",
+    "parent_id",
+    "start_time",
+    "end_time",
+    "duration_ms",
+    "otel.trace_id",
+    "root_span_id",
+}
 
 
 def _wait_until(condition, timeout: float = 60.0) -> None:
