@@ -288,6 +288,11 @@ class TrackioSink:
             return run
         active = active_run()
         if active is not None and _matches(active, project, name):
+            with _registry_lock:  # a run this package started here: hold it, don't borrow it
+                owned = next((o for o in _owned.values() if o.run is active), None)
+                if owned is not None and not owned.finished:
+                    owned.holders += 1
+                    self._owned = owned
             return active
         if project is None:
             raise ValueError(
