@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_trackio._core.conventions.mlflow import normalize_attributes
 from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 from otel_trackio._core.samples import PartialReason, Sample, SampleIdentity, resolve_step
 from otel_trackio._core.values import parse_step
@@ -267,6 +268,9 @@ class SampleAssembler:
         return trace
 
     def _buffer(self, record: SpanRecord, now: float, out: list[Sample]) -> bool:
+        # A dialect that writes the identity its own way (MLflow: JSON-encoded values, trace
+        # tags) is read as plain attributes from here on.
+        record.attributes = normalize_attributes(record.attributes)
         trace = self._touch(record.trace_id, now)
         if record.span_id in trace.spans or record.span_id in trace.held_spans:
             identity = self._identify([record], None, reason="duplicate")
