@@ -275,7 +275,7 @@ def test_verl_ops_through_mlflow_read_by_their_shapes():
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "what is 2+2?"},
         {"role": "assistant", "content": RESPONSE_1},
-        {"role": "user", "content": TOOL_TURN},
+        {"role": "user", "content": TOOL_TURN.strip()},
         {"role": "assistant", "content": RESPONSE_2},
     ]
     (tool,) = [s for s in trace["spans"] if s["kind"] == "tool"]

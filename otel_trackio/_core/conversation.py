@@ -130,14 +130,14 @@ def build_conversation(
                 turns.append(_clean(message))
         turns.extend(_clean(m) for m in call.output_messages or ())
         if call.prompt_ids is not None and call.response_ids is not None:
-            text = _token_text(call.input_messages) + _token_text(call.output_messages)
-            token_calls.append((call.prompt_ids + call.response_ids, turns, text))
+            texts = (_token_text(call.input_messages), _token_text(call.output_messages))
+            token_calls.append((call.prompt_ids + call.response_ids, turns, texts))
         if turns:
             conversation, keys = _merge(conversation, keys, turns)
     return system + conversation
 
 
-_TokenCall = tuple[list[int], list[dict[str, Any]], str]
+_TokenCall = tuple[list[int], list[dict[str, Any]], tuple[str, str]]
 
 
 def _token_text(messages: Sequence[dict[str, Any]] | None) -> str:
@@ -157,10 +157,10 @@ def _continued(
     prompt = call.prompt_ids
     if prompt is None:
         return None
-    for ids, turns, text in reversed(token_calls):
+    for ids, turns, texts in reversed(token_calls):
         if len(ids) <= len(prompt) and prompt[: len(ids)] == ids:
             new = prompt[len(ids) :]
-            added_text = _new_text(new, decoder, _token_text(call.input_messages), text)
+            added_text = _new_text(new, decoder, _token_text(call.input_messages), texts)
             if added_text is None and new:
                 return None
             added: list[dict[str, Any]] = (
@@ -171,9 +171,11 @@ def _continued(
 
 
 def _new_text(
-    new: list[int], decoder: TokenDecoder | None, prompt_text: str, earlier_text: str
+    new: list[int], decoder: TokenDecoder | None, prompt_text: str, earlier: tuple[str, str]
 ) -> str | None:
-    """The new ids of a continuing call as text: decoded, else cut from the prompt's text."""
+    """The new ids of a continuing call as text: decoded, else what the prompt's text has after
+    the earlier call's prompt and response texts (whitespace where they join aside: decoding
+    ids one piece at a time may space them differently)."""
     if not new:
         return ""
     if decoder is not None:
@@ -181,9 +183,14 @@ def _new_text(
             return tokens.decode(decoder, new)
         except Exception:  # noqa: BLE001 - a user callable must not cost the sample
             return None
-    if earlier_text and prompt_text.startswith(earlier_text):
-        return prompt_text[len(earlier_text) :]
-    return None
+    rest = prompt_text
+    for piece in earlier:
+        piece = piece.strip()
+        rest = rest.lstrip()
+        if not piece or not rest.startswith(piece):
+            return None
+        rest = rest[len(piece) :]
+    return rest.strip()
 
 
 def settle_model_calls(spans: Sequence[SpanRecord], facts: Sequence[SpanFacts]) -> None:
