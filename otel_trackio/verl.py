@@ -84,6 +84,7 @@ _lock = threading.Lock()
 _provider: TracerProvider | None = None
 _decode_tokens = True  # verl's token2text (the drop-ins alone: decode when a tokenizer is known)
 _decode: Callable[[Sequence[int]], Any] | None = None
+_open_samples = 0  # samples of this process inside rollout_trace_attr
 
 
 # -- where the spans go ---------------------------------------------------------------------------
@@ -257,16 +258,44 @@ def rollout_trace_attr(
     experiment = _verl_config_value("experiment_name")
     if experiment is not None:
         extra["experiment_name"] = experiment
-    with rollout(
-        step if step is not None else -1,
-        sample_index,
-        rollout_n=rollout_n,
-        validate=bool(validate),
-        name=name,
-        tracer_provider=_provider,
-        **extra,
-    ):
-        yield
+    _sample_started()
+    try:
+        with rollout(
+            step if step is not None else -1,
+            sample_index,
+            rollout_n=rollout_n,
+            validate=bool(validate),
+            name=name,
+            tracer_provider=_provider,
+            **extra,
+        ):
+            yield
+    finally:
+        _sample_ended()
+
+
+def _sample_started() -> None:
+    global _open_samples
+    with _lock:
+        _open_samples += 1
+
+
+#: how long the end of a worker's batch waits for its spans to be handed on
+FLUSH_MILLIS = 10_000
+
+
+def _sample_ended() -> None:
+    """When the last open sample of the process ends (a worker's batch is done), its spans are
+    handed on before the batch returns (one OTLP request, or a spool append), rather than when
+    the batch processor's timer says: a Ray worker may be killed before that, with the end of
+    the run. Once per batch, bounded by :data:`FLUSH_MILLIS`."""
+    global _open_samples
+    with _lock:
+        _open_samples -= 1
+        idle = _open_samples == 0
+    provider = _provider
+    if idle and provider is not None:
+        provider.force_flush(FLUSH_MILLIS)
 
 
 def rollout_trace_op(func: F) -> F:

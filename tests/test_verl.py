@@ -156,6 +156,60 @@ def test_workers_send_verls_own_trace_to_the_receiver(verl_tree, project, start_
         assert len(indices & {0, 1, 2, 3}) == len(indices & {4, 5, 6, 7}) == 2
 
 
+RAY_DRIVER = """
+# verl's shape: the driver imports verl, Ray actors (AgentLoopWorker) run the agent loops; the
+# actors inherit the driver's environment (VERL_USE_EXTERNAL_MODULES, the OTLP endpoint).
+import asyncio
+import sys
+
+import ray
+import verl  # noqa: F401
+
+project = sys.argv[1]
+
+
+@ray.remote
+class AgentLoopWorker:
+    def generate_sequences(self, first):
+        import verl_agent_loop
+
+        asyncio.run(verl_agent_loop.main("otel", project, "verl-exp", first, 4, 2))
+        return first
+
+
+ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+workers = [AgentLoopWorker.remote() for _ in range(2)]
+print(ray.get([w.generate_sequences.remote(f) for w, f in zip(workers, (0, 4))]), flush=True)
+ray.shutdown()
+"""
+
+
+def test_ray_workers_send_verls_own_trace_to_the_receiver(verl_tree, project, start_receiver):
+    """The same in real Ray actors: each worker process imports verl, so the module, itself."""
+    pytest.importorskip("ray", reason="Ray is in the test extra; `make test` installs it")
+    receiver = start_receiver(name="unused")
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAY_ADDRESS"))},
+        "VERL_USE_EXTERNAL_MODULES": "otel_trackio.verl",
+        "PYTHONPATH": os.pathsep.join([str(verl_tree), str(HERE)]),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", RAY_DRIVER, project],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    receiver.stop()
+    traces = read_traces(project, "verl-exp")
+    assert_verl_samples(traces, indices_per_step=4)
+
+
 def test_workers_log_verls_own_trace_into_one_trackio_run(verl_tree, project):
     """No OTLP endpoint: every worker logs into the Trackio run named by verl's project and
     experiment, all samples kept (no cap)."""
