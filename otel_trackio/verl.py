@@ -552,17 +552,9 @@ def install() -> bool:
     def otel_selected() -> bool:
         return bool(config.get_backend() == BACKEND)
 
-    @functools.wraps(verl_attr)
-    def attr(
-        sample_index: Any = None,
-        step: Any = None,
-        rollout_n: Any = None,
-        name: str = "rollout_trace",
-        validate: bool = False,
-        trace: bool = True,
-    ) -> Any:
-        chosen = rollout_trace_attr if otel_selected() else verl_attr
-        return chosen(sample_index, step, rollout_n, name, validate, trace)
+    @functools.wraps(verl_attr)  # verl's signature (both take the same arguments)
+    def attr(*args: Any, **kwargs: Any) -> Any:
+        return (rollout_trace_attr if otel_selected() else verl_attr)(*args, **kwargs)
 
     def op(func: F) -> F:
         ours, theirs = rollout_trace_op(func), verl_op(func)

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from otel_trackio import TrackioSpanExporter
 
 HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parent / "examples"
 WHEELS = sorted((Path(sys.prefix) / "verl-0.9.1").glob("verl-*.whl"))
 STEPS = (1, 2)
 ROLLOUT_N = 2
@@ -73,7 +74,7 @@ def start_worker(verl_tree: Path, backend: str, project: str, first: int, cap: i
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
         "VERL_USE_EXTERNAL_MODULES": "otel_trackio.verl",
-        "PYTHONPATH": os.pathsep.join([str(verl_tree), str(HERE)]),
+        "PYTHONPATH": os.pathsep.join([str(verl_tree), str(HERE), str(EXAMPLES)]),
         **env,
     }
     args = [backend, project, "verl-exp", str(first), "4", str(cap)]
@@ -191,7 +192,7 @@ def test_ray_workers_send_verls_own_trace_to_the_receiver(verl_tree, project, st
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAY_ADDRESS"))},
         "VERL_USE_EXTERNAL_MODULES": "otel_trackio.verl",
-        "PYTHONPATH": os.pathsep.join([str(verl_tree), str(HERE)]),
+        "PYTHONPATH": os.pathsep.join([str(verl_tree), str(HERE), str(EXAMPLES)]),
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_AUTH_MODE": "disabled",

@@ -25,6 +25,7 @@ from typing import Any
 import verl  # noqa: F401 - imports VERL_USE_EXTERNAL_MODULES first, as verl does
 from pydantic import BaseModel
 from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_attr, rollout_trace_op
+from verl_style_agent_loop import ToyTokenizer  # examples/: words to ids and back
 
 STEPS = (1, 2)
 ROLLOUT_N = 2
@@ -35,24 +36,8 @@ def question(index: int) -> str:
     return f"What is {index} + 3 ?"
 
 
-class WordTokenizer:
-    """Words and punctuation to ids and back (the vocabulary grows as text is seen)."""
-
-    def __init__(self) -> None:
-        self.vocab: dict[str, int] = {}
-        self.words: list[str] = []
-
-    def encode(self, text: str) -> list[int]:
-        ids = []
-        for word in re.findall(r"<[^>]+>|\w+|[^\w\s]", text):
-            if word not in self.vocab:
-                self.vocab[word] = len(self.words)
-                self.words.append(word)
-            ids.append(self.vocab[word])
-        return ids
-
-    def decode(self, ids: list[int]) -> str:
-        return " ".join(self.words[i] for i in ids)
+class WordTokenizer(ToyTokenizer):
+    """The example's word-level tokenizer, with a chat template."""
 
     def chat(self, messages: list[dict[str, Any]]) -> list[int]:
         """A chat template: ``<role> content`` per message, then the assistant's turn."""
