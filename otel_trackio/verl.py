@@ -100,7 +100,7 @@ class _DecodingExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Decode, then export through the wrapped exporter."""
-        return self._inner.export([_with_text(span) for span in spans])
+        return self._inner.export([_safely_with_text(span) for span in spans])
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Flush the wrapped exporter."""
@@ -109,6 +109,13 @@ class _DecodingExporter(SpanExporter):
     def shutdown(self) -> None:
         """Shut the wrapped exporter down."""
         self._inner.shutdown()
+
+
+def _safely_with_text(span: ReadableSpan) -> ReadableSpan:
+    try:
+        return _with_text(span)
+    except Exception:  # noqa: BLE001 - export() never raises: the span goes as it came
+        return span
 
 
 def _with_text(span: ReadableSpan) -> ReadableSpan:
@@ -360,7 +367,10 @@ class _Op:
 
     def done(self, result: Any) -> None:
         if self.span.is_recording():
-            _record(self.span, self._self, self._inputs, result)
+            try:
+                _record(self.span, self._self, self._inputs, result)
+            except Exception:  # tracing must never cost the rollout its result
+                _logger.debug("otel-trackio: could not record %s", self.span, exc_info=True)
 
     def __enter__(self) -> _Op:
         return self

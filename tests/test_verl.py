@@ -284,3 +284,40 @@ def test_drop_ins_for_a_custom_agent_loop(project):
     (agent,) = [s for s in trace["spans"] if s["name"].endswith("Loop.run")]
     assert agent["input"] == [{"role": "user", "content": "say hi"}]
     assert agent["metadata"]["gen_ai.operation.name"] == "invoke_agent"
+
+
+def test_a_call_whose_result_cannot_be_recorded_still_returns_it(project):
+    """Recording is best effort: the rollout gets its result and the span still ends."""
+    import asyncio
+
+    from otel_trackio.verl import rollout_trace_attr, rollout_trace_op
+
+    class Unreadable:
+        @property
+        def text(self):
+            raise RuntimeError("no text")
+
+    class Tool:
+        @rollout_trace_op
+        async def execute(self, instance_id, parameters, **kwargs):
+            return Unreadable(), 0.0, {}
+
+    exporter = TrackioSpanExporter(project=project, name="r")
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    import otel_trackio.verl as module
+
+    module._provider = provider
+    try:
+
+        async def sample() -> object:
+            with rollout_trace_attr(sample_index=0, step=1):
+                return await Tool().execute("i", {"x": 1})
+
+        response, reward, _ = asyncio.run(sample())
+    finally:
+        module._provider = None
+        provider.shutdown()
+    assert isinstance(response, Unreadable) and reward == 0.0
+    (trace,) = read_traces(project, "r")
+    assert len(trace["spans"]) == 2
