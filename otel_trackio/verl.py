@@ -1,6 +1,6 @@
 """verl's rollout trace as standard OpenTelemetry spans, without changing verl's code.
 
-Name this module in ``VERL_USE_EXTERNAL_MODULES`` and pick the ``otel`` trace backend::
+Pick the ``otel`` trace backend (and name this module in ``VERL_USE_EXTERNAL_MODULES``)::
 
     VERL_USE_EXTERNAL_MODULES=otel_trackio.verl python -m verl.trainer.main_ppo \\
         actor_rollout_ref.rollout.trace.backend=otel \\
@@ -9,8 +9,11 @@ Name this module in ``VERL_USE_EXTERNAL_MODULES`` and pick the ``otel`` trace ba
 
 ``verl/__init__.py`` imports it in every process that imports verl (the driver and each Ray
 worker, which inherits the variable), before verl's agent loops, tools and server clients are
-defined; importing it wraps ``verl.utils.rollout_trace``'s ``rollout_trace_attr``,
-``rollout_trace_op`` and ``RolloutTraceConfig.init`` so that with ``trace.backend=otel``:
+defined. (verl also loads every ``verl.plugins`` entry point, unless
+``VERL_USE_EXTERNAL_PLUGINS=none``: otel-trackio declares this module as one, so with otel-trackio
+installed ``trace.backend=otel`` alone is enough.) Importing it wraps
+``verl.utils.rollout_trace``'s ``rollout_trace_attr``, ``rollout_trace_op`` and
+``RolloutTraceConfig.init`` so that with ``trace.backend=otel``:
 
 - each sample (``rollout_trace_attr``) is a root span with ``step``, ``sample_index``,
   ``rollout_n``, ``validate`` (and verl's ``experiment_name``): one Trackio Trace per sample;

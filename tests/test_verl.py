@@ -33,12 +33,23 @@ STEPS = (1, 2)
 ROLLOUT_N = 2
 SYSTEM = "You are a calculator agent ."
 
-_STUB_INIT = '''"""Stub of verl/__init__.py: external modules first, as the real one does."""
+_STUB_INIT = '''"""Stub of verl/__init__.py: external modules, then the "verl.plugins" entry points
+(VERL_USE_EXTERNAL_PLUGINS: auto, none or names), before anything else, as the real one does."""
 import importlib
 import os
+from importlib.metadata import entry_points
 
 for _name in filter(None, os.getenv("VERL_USE_EXTERNAL_MODULES", "").split(",")):
     importlib.import_module(_name)
+_policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
+if _policy != "none":
+    _allowed = None if _policy == "auto" else {n.strip() for n in _policy.split(",")}
+    for _entry in entry_points(group="verl.plugins"):
+        if _allowed is None or _entry.name in _allowed:
+            try:
+                _entry.load()
+            except Exception:
+                pass
 '''
 _STUB_RAY_UTILS = '''"""Stub of verl/utils/ray_utils.py: what rollout_trace.py imports from it."""
 import asyncio
@@ -72,8 +83,9 @@ def verl_tree(tmp_path_factory) -> Path:
 
 def start_worker(verl_tree: Path, backend: str, project: str, first: int, cap: int, **env):
     environ = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_"))},
         "VERL_USE_EXTERNAL_MODULES": "otel_trackio.verl",
+        "VERL_USE_EXTERNAL_PLUGINS": "none",  # the variable alone does it (the plugin: below)
         "PYTHONPATH": os.pathsep.join([str(verl_tree), str(HERE), str(EXAMPLES)]),
         **env,
     }
@@ -213,8 +225,10 @@ def test_ray_workers_send_verls_own_trace_to_the_receiver(verl_tree, project, st
 
 def test_workers_log_verls_own_trace_into_one_trackio_run(verl_tree, project):
     """No OTLP endpoint: every worker logs into the Trackio run named by verl's project and
-    experiment, all samples kept (no cap)."""
-    finish([start_worker(verl_tree, "otel", project, first, -1) for first in (0, 4)])
+    experiment, all samples kept (no cap). No ``VERL_USE_EXTERNAL_MODULES`` either: verl loads
+    otel-trackio's ``verl.plugins`` entry point by itself (its default, ``auto``)."""
+    plugin = {"VERL_USE_EXTERNAL_MODULES": "", "VERL_USE_EXTERNAL_PLUGINS": "auto"}
+    finish([start_worker(verl_tree, "otel", project, first, -1, **plugin) for first in (0, 4)])
     assert_verl_samples(read_traces(project, "verl-exp"), indices_per_step=8)
 
 
