@@ -42,7 +42,8 @@ METADATA_KEYS = frozenset(
 )
 
 #: First name segments (``<namespace>.…``) of the OTel semantic conventions (GenAI included),
-#: OpenInference, OpenLLMetry and Logfire (pydantic-ai): such attributes are never user fields.
+#: OpenInference, OpenLLMetry, Logfire (pydantic-ai), LiteLLM and MLflow: such attributes are never
+#: user fields.
 CONVENTION_NAMESPACES = frozenset(
     {
         # OTel semantic conventions registry
@@ -60,8 +61,8 @@ CONVENTION_NAMESPACES = frozenset(
         "openinference", "llm", "input", "output", "tool", "tool_call", "message",
         "message_content", "embedding", "retrieval", "reranker", "document", "image", "audio",
         "agent", "graph", "prompt", "tag",
-        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM
-        "traceloop", "logfire", "pydantic_ai", "litellm",
+        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM, MLflow
+        "traceloop", "logfire", "pydantic_ai", "litellm", "mlflow",
     }
 )  # fmt: skip
 
@@ -102,7 +103,8 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
         _translate_span(s, f, root, ids, settings) for s, f in zip(spans, facts, strict=True)
     ]
     generations = [f for f in facts if f.kind == "generation"]
-    messages = build_conversation(generations, settings.token_decoder)
+    prompt = _prompt_messages(facts)
+    messages = build_conversation(generations, settings.token_decoder, prompt) or prompt or []
     if not messages and root is not None:
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
@@ -120,6 +122,21 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
             "metadata": _translate_metadata(sample, spans, span_dicts, fields, settings),
         }
     )
+
+
+def _prompt_messages(facts: list[SpanFacts]) -> list[dict[str, Any]] | None:
+    """The prompt as role messages, when the model calls recorded it only as token ids
+    (decoded, or not at all): the input messages of the first span that is no model call and
+    has them (verl's agent loop with its ``raw_prompt``)."""
+    if not any(
+        f.kind == "generation" and (f.prompt_ids is not None or f.input_messages is None)
+        for f in facts
+    ):
+        return None
+    for f in facts:
+        if f.kind != "generation" and f.input_messages:
+            return [*f.system_messages, *f.input_messages]
+    return None
 
 
 def bare_trace(sample: Sample, error: str) -> TraceDict:

@@ -477,3 +477,28 @@ def _start_run(
     if errors:
         raise errors[0]
     return result[0]
+
+
+def open_run_by_name(project: str, name: str) -> None:
+    """Make sure the run ``project``/``name`` exists in local storage, found by its name, so
+    that processes starting together each resume it (``resume="allow"``) instead of each
+    creating a run of that name: Trackio finds a run by name only once something was written to
+    it. One process of this machine at a time (a file lock in Trackio's folder); the first writes
+    an empty log entry at step 0, the others find the run. The calling thread's active run, if
+    any, stays active."""
+    import fcntl
+
+    from trackio.sqlite_storage import SQLiteStorage
+
+    folder = trackio_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in project)
+    with open(folder / f"{safe}.otel-trackio-open.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if name in SQLiteStorage.get_runs(project):
+            return
+        previous = _CURRENT_RUN.get() if _CURRENT_RUN is not None else None
+        run = _start_run(project, name, {"resume": "allow"}, previous)
+        run.log({}, step=0)
+        run.finish()
+        _forget_active_run(run)
