@@ -24,6 +24,7 @@ from typing import Any
 
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.convert import TraceDict, bare_trace, sample_to_trace
+from otel_trackio._core.outcomes import StepTables, outcome_row
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import OpenSampleLookup, Sample, StepMemory, missing_spans
 from otel_trackio._core.values import as_float
@@ -116,6 +117,7 @@ class TracePipeline:
         self._log_again = False
         self._failing_since: float | None = None
         self.write_timeout_seconds = 30.0
+        self.tables = StepTables(_order_key)  # each step's outcome rows, until it is over
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -249,7 +251,14 @@ class TracePipeline:
             if acquired and flush:
                 self._flush_all(timeout_seconds)
             elif acquired:
+                self._log_tables(flush=True)
                 self._write(timeout_seconds)
+            else:
+                self._warn(
+                    "shutdown",
+                    "shutdown timed out waiting for an export; "
+                    f"{self.assembler.buffered_spans} open spans lost",
+                )
             if acquired and self._unwritten and flush:
                 # In process nothing keeps them past this point.
                 self.stats.samples_lost += len(self._unwritten)
@@ -263,12 +272,6 @@ class TracePipeline:
                     "shutdown-kept",
                     f"shutdown: Trackio's storage still fails; {len(self._unwritten)} samples "
                     "not stored stay in the spool for the next start",
-                )
-            else:
-                self._warn(
-                    "shutdown",
-                    "shutdown timed out waiting for an export; "
-                    f"{self.assembler.buffered_spans} open spans lost",
                 )
         finally:
             if acquired:
@@ -372,6 +375,7 @@ class TracePipeline:
         except Exception as exc:  # noqa: BLE001
             self._warn("flush", f"flushing open samples failed: {exc!r}")
             logged = False
+        self._log_tables(flush=True)
         return self._write(timeout_seconds) and logged
 
     def _log(self, samples: list[Sample]) -> bool:
@@ -419,7 +423,27 @@ class TracePipeline:
                 continue
             self.stats.log_calls += 1
             _steps.note_step(step)  # the metric exporters' fallback step
+            self._note_outcomes(step, traces)
+        self._log_tables(flush=False)
         return ok
+
+    def _note_outcomes(self, step: int, traces: list[TraceDict]) -> None:
+        """Keep the outcome rows of a step's logged Traces for its table."""
+        if self.settings.outcome_table_key is not None:
+            names = self.settings.outcome_attributes
+            self.tables.add(step, [outcome_row(trace, names) for trace in traces])
+
+    def _log_tables(self, *, flush: bool) -> None:
+        """Log the outcome table of each step that is over (of every step, at a flush). A
+        table that cannot be logged is warned about: the Traces it sums up are stored."""
+        key = self.settings.outcome_table_key
+        for step, rows in self.tables.take_all() if flush else self.tables.due():
+            if key is None:
+                continue
+            try:
+                self.sink.log_table(key, rows, step)
+            except Exception as exc:  # noqa: BLE001
+                self._warn("table", f"the outcome table of step {step} was not logged: {exc!r}")
 
     def _convert(self, sample: Sample) -> TraceDict:
         try:
