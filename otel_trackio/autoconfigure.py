@@ -110,8 +110,10 @@ class TrackioEnvSpanExporter(SpanExporter):
         self._exit_provider = provider if isinstance(provider, TracerProvider) else None
         if self._exit_provider is not None:
             # The configurator builds its own BatchSpanProcessor around this exporter: record
-            # sample roots as they start beside it, so open samples keep their identity.
-            self._exit_provider.add_span_processor(OpenSampleTracker(settings.sample_attribute))
+            # spans as they start beside it, so open samples show where they stopped.
+            self._exit_provider.add_span_processor(
+                OpenSampleTracker(settings.sample_attribute, exporter=self.exporter)
+            )
         atexit.register(self._flush_at_exit)
 
     @property

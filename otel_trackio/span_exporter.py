@@ -22,6 +22,8 @@ from otel_trackio._engine.pipeline import (
     grace_seconds,
     register_intake,
 )
+from otel_trackio._engine.open_samples import OPEN_SAMPLES
+from otel_trackio._engine.open_spans import FirstKnown, OpenSpans
 from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote
 from otel_trackio._offload.client import OffloadClient, portable
 from otel_trackio.settings import TrackioSettings, activate, settings_for
@@ -61,6 +63,9 @@ class TrackioSpanExporter(SpanExporter):
     ) -> None:
         settings = settings_for(project, name, settings, options)
         self.settings = settings
+        self.open_spans = OpenSpans()
+        """Spans started and not ended (fed by ``TrackioSpanProcessor``/``OpenSampleTracker``):
+        a flush logs them, unfinished, in their samples."""
         activate(settings)
         sink = TrackioSink(
             settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
@@ -81,7 +86,10 @@ class TrackioSpanExporter(SpanExporter):
                     "otel-trackio: offload=True ignored, exporting in process: %s", why_not
                 )
         self._pipeline = TracePipeline(
-            settings, sink, grace_seconds=grace_seconds(settings, receiver=False)
+            settings,
+            sink,
+            grace_seconds=grace_seconds(settings, receiver=False),
+            open_samples=FirstKnown(self.open_spans, OPEN_SAMPLES),
         )
         # A TrackioLogExporter of the same project and run finds where to send GenAI events.
         register_intake(self.event_intake, settings.project, settings.name)
@@ -146,9 +154,12 @@ class TrackioSpanExporter(SpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Log every open sample now, as partial; True once all is durable in Trackio. False when
         that failed or timed out."""
+        open_spans = self.open_spans.records()
         if self._offload is not None:
-            return not self._pipeline.closed and self._offload.force_flush(timeout_millis / 1000)
-        return self._pipeline.flush(max(0.0, timeout_millis / 1000))
+            return not self._pipeline.closed and self._offload.force_flush(
+                timeout_millis / 1000, open_spans
+            )
+        return self._pipeline.flush(max(0.0, timeout_millis / 1000), open_spans)
 
     def shutdown(self, timeout_millis: int = 30000, **kwargs: Any) -> None:
         """Log open samples as partial, then finish the run if this exporter started it.
@@ -156,6 +167,8 @@ class TrackioSpanExporter(SpanExporter):
         Idempotent; waits at most ``timeout_millis`` for an export in progress (with offload:
         for the writer to drain; what it did not drain stays spooled for the next start).
         """
+        open_spans = [] if self._pipeline.closed else self.open_spans.records()
         if self._offload is not None and not self._pipeline.closed:
-            self._offload.shutdown(max(0.0, timeout_millis / 1000))
-        self._pipeline.close(max(0.0, timeout_millis / 1000))
+            self._offload.shutdown(max(0.0, timeout_millis / 1000), open_spans)
+            open_spans = []
+        self._pipeline.close(max(0.0, timeout_millis / 1000), open_spans=open_spans)

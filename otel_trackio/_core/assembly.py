@@ -247,8 +247,24 @@ class SampleAssembler:
             out.extend(self._take_partial(trace_id, "ttl"))
         return out
 
-    def flush(self) -> list[Sample]:
-        """Emit everything: held samples whole, every open span as partial samples."""
+    def flush(self, open_spans: Iterable[SpanRecord] = ()) -> list[Sample]:
+        """Emit everything: held samples whole, every buffered span as partial samples.
+
+        ``open_spans``: spans started and not ended yet, read at the flush (status
+        ``unfinished``, ending now). Each joins its sample first, so a sample stuck in a tool
+        call shows its open root and that tool span — and one with no span ended at all is
+        logged too. One already shown by an earlier flush is not shown again; when it ends, it
+        comes out as a continuation (``late``) of that sample.
+        """
+        now = self._clock()
+        for record in open_spans:
+            trace = self._traces.get(record.trace_id)
+            if trace is not None and (
+                record.span_id in trace.spans or record.span_id in trace.held_spans
+            ):
+                continue  # it ended after all and is here already
+            if self._emitted_identity(record.trace_id, record.span_id) is None:
+                self._buffer(record, now, [])
         out: list[Sample] = []
         for trace_id in list(self._traces):
             out.extend(self._take_partial(trace_id, "flush"))
@@ -329,8 +345,11 @@ class SampleAssembler:
         )
 
     def _late_identity(self, record: SpanRecord) -> SampleIdentity | None:
-        # A remote parent counts too: the OTLP receiver gets the spans of every process.
-        return self._emitted_identity(record.trace_id, record.parent_id)
+        # A remote parent counts too: the OTLP receiver gets the spans of every process. So does
+        # the span itself, logged unfinished by a flush before it ended.
+        return self._emitted_identity(record.trace_id, record.parent_id) or (
+            self._emitted_identity(record.trace_id, record.span_id)
+        )
 
     def _emitted_identity(self, trace_id: int, span_id: int | None) -> SampleIdentity | None:
         if span_id is None:
@@ -445,15 +464,21 @@ class SampleAssembler:
         for held in list(trace.held.values()):
             self._held.pop((trace_id, held.root.span_id), None)
             out.append(self._release(held))
-        groups: dict[int | None, list[SpanRecord]] = {}
+        groups: dict[tuple[int | None, int | None], list[SpanRecord]] = {}
+        roots: dict[tuple[int | None, int | None], SpanRecord] = {}
         for span in trace.spans.values():
-            groups.setdefault(self._attach_point(trace, span), []).append(span)
+            attach, root = self._partial_place(trace, span)
+            key = (attach, root.span_id if root is not None else None)
+            groups.setdefault(key, []).append(span)
+            if root is not None:
+                roots[key] = root
         self._buffered -= len(trace.spans)
         placeholders = self._take_pending(trace)
         if placeholders:
-            groups.setdefault(None, []).extend(placeholders)
+            groups.setdefault((None, None), []).extend(placeholders)
         self._traces.pop(trace_id, None)
-        for attach, spans in groups.items():
+        for key, spans in groups.items():
+            attach, root = key[0], roots.get(key)
             late = self._emitted_identity(trace_id, attach)
             if late is None and attach is None and len(spans) == len(placeholders):
                 # Only log events whose span never came: the trace's one logged sample, if any.
@@ -467,19 +492,26 @@ class SampleAssembler:
                 known = None
                 if attach is not None and self._open_samples is not None:
                     known = self._open_samples.lookup(trace_id, attach)
-                identity = self._identify(spans, None, known=known, reason=reason)
+                identity = self._identify(spans, root, known=known, reason=reason)
                 self._remember(spans, dataclasses.replace(identity, partial_reason=None))
-            out.append(Sample(spans, None, identity))
+            out.append(Sample(spans, root, identity))
         return out
 
-    def _attach_point(self, trace: _OpenTrace, span: SpanRecord) -> int | None:
-        """The id of the first ancestor that is not buffered (None for a local root)."""
+    def _partial_place(
+        self, trace: _OpenTrace, span: SpanRecord
+    ) -> tuple[int | None, SpanRecord | None]:
+        """Where a span flushed early goes: the id of its first ancestor that is not buffered
+        (None for a local root), and its sample's root when that is buffered too — the
+        outermost span carrying the sample attribute, else the local root on top (a span
+        still open at the flush)."""
         top = span
-        for top in self._ancestors(trace.spans, span):  # noqa: B007 - the outermost is wanted
-            pass
-        if top.parent_id is None or top.parent_is_remote:
-            return None
-        return top.parent_id
+        root = span if self.sample_attribute in span.attributes else None
+        for top in self._ancestors(trace.spans, span):
+            if self.sample_attribute in top.attributes:
+                root = top
+        if top.is_local_root:
+            return None, root or top
+        return top.parent_id, root
 
     def _take_subtree(self, trace: _OpenTrace, root_id: int) -> list[SpanRecord]:
         out: list[SpanRecord] = []

@@ -12,7 +12,7 @@ from otel_trackio._core.assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
 from otel_trackio._core.conventions import SpanFacts, dialects, read_span_facts
 from otel_trackio._core.conversation import build_conversation, settle_model_calls
 from otel_trackio._core.metric_convert import format_attribute
-from otel_trackio._core.records import SpanRecord
+from otel_trackio._core.records import UNFINISHED, SpanRecord
 from otel_trackio._core.samples import Sample
 from otel_trackio._core.values import as_text, attribute_json, cut_text, limit, storable
 from otel_trackio.settings import TrackioSettings
@@ -290,7 +290,7 @@ def _translate_span(
         "start_time": iso_time(span.start_ns),
         "end_time": iso_time(span.end_ns),
         "duration_ms": max(0.0, (span.end_ns - span.start_ns) / 1e6),
-        "status": "error" if span.status == "error" else "success",
+        "status": _span_status(span),
     }
     error = _error_text(span)
     if error is not None:
@@ -327,6 +327,34 @@ def _translate_span(
         metadata["events"] = limit(events, settings.max_value_chars)
     out["metadata"] = metadata
     return out
+
+
+def _span_status(span: SpanRecord) -> str:
+    """``error``, ``unfinished`` (still open at a flush: Trackio shows the word as written) or
+    ``success``."""
+    if span.status == "error":
+        return "error"
+    return UNFINISHED if span.unfinished else "success"
+
+
+#: How many open spans a ``partial_reason`` names (the rest are counted).
+OPEN_SPANS_NAMED = 3
+
+
+def partial_reason_text(reason: str, spans: list[SpanRecord]) -> str:
+    """``reason``, followed by the spans still open at the flush, innermost first, with how long
+    each had been open: ``flush: still open: execute_tool (12.3 s), rollout (12.5 s)``."""
+    open_spans = sorted((s for s in spans if s.unfinished), key=lambda s: -s.start_ns)
+    if not open_spans:
+        return reason
+    named = [
+        f"{s.name} ({max(0, s.end_ns - s.start_ns) / 1e9:.1f} s)"
+        for s in open_spans[:OPEN_SPANS_NAMED]
+    ]
+    more = len(open_spans) - len(named)
+    if more:
+        named.append(f"{more} more")
+    return f"{reason}: still open: {', '.join(named)}"
 
 
 def _error_text(span: SpanRecord) -> str | None:
@@ -368,7 +396,7 @@ def _translate_metadata(
         meta["status"] = "partial" if identity.partial else "success"
     if identity.partial:
         meta["partial"] = True
-        meta["partial_reason"] = identity.partial_reason
+        meta["partial_reason"] = partial_reason_text(str(identity.partial_reason), spans)
     timed = [sample.root] if sample.root is not None else spans
     if timed:  # to the microsecond: nanosecond digits are noise in the header
         start, end = min(s.start_ns for s in timed), max(s.end_ns for s in timed)

@@ -15,6 +15,7 @@ stop).
 from __future__ import annotations
 
 import pickle
+from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -157,13 +158,25 @@ OpenRoots = dict[tuple[int, int], Mapping[str, Any]]
 """(trace id, span id) → start attributes of the sample roots open in the producer."""
 
 
-def encode_flush(number: int, open_roots: OpenRoots | None = None) -> bytes:
+def encode_flush(
+    number: int, open_roots: OpenRoots | None = None, open_spans: Sequence[SpanRecord] = ()
+) -> bytes:
     """A :data:`FLUSH` request numbered ``number``, with the producer's open sample roots (so
-    samples logged early as partial keep their identity)."""
-    return pickle.dumps((number, open_roots or {}), _PROTOCOL)
+    samples logged early as partial keep their identity) and its spans still open (unfinished
+    records, shown in their samples)."""
+    return pickle.dumps((number, open_roots or {}, list(open_spans)), _PROTOCOL)
 
 
-def decode_flush(payload: bytes) -> tuple[int, OpenRoots]:
-    """The number of a :data:`FLUSH` request and the open sample roots it carries."""
-    number, open_roots = pickle.loads(payload)
-    return int(number), dict(open_roots)
+def decode_flush(payload: bytes) -> FlushRequest:
+    """What a :data:`FLUSH` request carries (one of a producer without open spans too)."""
+    number, open_roots, *rest = pickle.loads(payload)
+    return FlushRequest(int(number), dict(open_roots), list(rest[0]) if rest else [])
+
+
+@dataclass(frozen=True, slots=True)
+class FlushRequest:
+    """A decoded :data:`FLUSH` entry: its number, the open sample roots, the open spans."""
+
+    number: int
+    open_roots: OpenRoots
+    open_spans: list[SpanRecord]

@@ -197,14 +197,14 @@ class Drainer:
             if target is not None and entry.start >= self._metrics_logged_until:
                 target.export_metrics(request)
         elif entry.kind == codec.FLUSH:
-            number, roots = codec.decode_flush(entry.payload)
-            if number <= self.flushed:
+            request = codec.decode_flush(entry.payload)
+            if request.number <= self.flushed:
                 return  # served before a restart
             if self._open_roots is not None:
-                self._open_roots.update(roots)
-            for pipeline in self._pipelines:
-                pipeline.flush()
-            self.flushed = number
+                self._open_roots.update(request.open_roots)
+            for pipeline in self._pipelines:  # the producer's open spans join their samples
+                pipeline.flush(open_spans=request.open_spans)
+            self.flushed = request.number
             self.stats.flushes += 1
         elif entry.kind == codec.CLOSE:
             self.producer_closed = True
