@@ -21,8 +21,9 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_trackio._core.records import UNFINISHED, SpanRecord, record_from_readable_span
-from otel_trackio._engine.open_samples import OpenSampleLookup
+from otel_trackio._codec.sdk import record_from_readable_span
+from otel_trackio._core.records import UNFINISHED, SpanRecord
+from otel_trackio._core.samples import OpenSampleLookup
 
 DEFAULT_MAX_OPEN_SPANS = 1_000_000
 """How many open spans are tracked at most: a span leaked open elsewhere must not grow memory
