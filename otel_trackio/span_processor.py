@@ -25,7 +25,6 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
-from otel_trackio._engine.open_spans import OpenSpans
 from otel_trackio.settings import active_settings
 from otel_trackio.span_exporter import TrackioSpanExporter
 

@@ -16,8 +16,8 @@ stop).
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan

@@ -208,9 +208,7 @@ class TracePipeline:
                 self.stats.failed_exports += 1
                 self._warn("export", f"taking log events failed: {exc!r}")
 
-    def flush(
-        self, timeout_seconds: float = 30.0, open_spans: Iterable[SpanRecord] = ()
-    ) -> bool:
+    def flush(self, timeout_seconds: float = 30.0, open_spans: Iterable[SpanRecord] = ()) -> bool:
         """Log every open sample now (held ones whole, the rest as partial), durably;
         ``open_spans`` (spans not ended, read as unfinished records) join their samples."""
         if self._closed:

@@ -198,14 +198,14 @@ class Drainer:
             if target is not None and entry.start >= self._metrics_logged_until:
                 target.export_metrics(request)
         elif entry.kind == codec.FLUSH:
-            request = codec.decode_flush(entry.payload)
-            if request.number <= self.flushed:
+            flush = codec.decode_flush(entry.payload)
+            if flush.number <= self.flushed:
                 return  # served before a restart
             if self._open_roots is not None:
-                self._open_roots.update(request.open_roots)
+                self._open_roots.update(flush.open_roots)
             for pipeline in self._pipelines:  # the producer's open spans join their samples
-                pipeline.flush(open_spans=request.open_spans)
-            self.flushed = request.number
+                pipeline.flush(open_spans=flush.open_spans)
+            self.flushed = flush.number
             self.stats.flushes += 1
         elif entry.kind == codec.CLOSE:
             self.producer_closed = True

@@ -34,7 +34,6 @@ Pure: data in, samples out. It reads only what it is given: its settings, a cloc
 flush.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
