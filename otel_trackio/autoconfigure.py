@@ -29,7 +29,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
 from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
 from otel_trackio._engine.run import with_offload_resolved
@@ -45,7 +45,7 @@ from otel_trackio.metric_exporter import (
     MetricExportStats,
     TrackioMetricExporter,
 )
-from otel_trackio.sampling import step_sampler
+from otel_trackio.sampling import StepSampler, step_sampler
 from otel_trackio.settings import TrackioConfigError, TrackioSettings
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import OpenSampleTracker
@@ -98,7 +98,9 @@ class TrackioEnvSpanExporter(SpanExporter):
             return
         self.exporter = TrackioSpanExporter(run=run, settings=settings)
         if settings.max_samples_per_step is not None:
-            _install_sampler(settings)
+            sampler = _install_sampler(settings)
+            if isinstance(sampler, StepSampler):  # its drops go in the summary
+                self.exporter.step_sampler = sampler
         # Registered after trackio.init() registered its own exit hook (which finishes the run),
         # so it runs before it: every span still queued is logged while the run is open.
         provider = trace.get_tracer_provider()
@@ -252,7 +254,8 @@ def _report_config_error(exc: TrackioConfigError) -> None:
         _logger.error("%s; nothing is sent to Trackio.", message)
 
 
-def _install_sampler(settings: TrackioSettings) -> None:
+def _install_sampler(settings: TrackioSettings) -> Sampler | None:
+    """Give the global provider the per-step sampler (the one installed, else None)."""
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
         _logger.warning(
@@ -261,7 +264,7 @@ def _install_sampler(settings: TrackioSettings) -> None:
             "otel_trackio.configure(max_samples_per_step=...)",
             OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
         )
-        return
+        return None
     if provider.sampler is not DEFAULT_ON:
         if "StepSampler" not in provider.sampler.get_description():
             _logger.warning(
@@ -270,5 +273,7 @@ def _install_sampler(settings: TrackioSettings) -> None:
                 OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
                 provider.sampler.get_description(),
             )
-        return
-    provider.sampler = step_sampler(settings)
+        return None
+    sampler = step_sampler(settings)
+    provider.sampler = sampler
+    return sampler

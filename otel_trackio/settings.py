@@ -207,6 +207,9 @@ class TrackioSettings:
     Sampling (``configure()`` and the zero-code setup install a ``StepSampler``):
         max_samples_per_step: keep at most this many samples per step (None: all).
         sampling_seed: the sampler's seed; the same in every worker makes them agree.
+    Reporting:
+        summary: print what the run logged, and the command that opens it, at shutdown (and
+            when a sampler starts leaving samples out).
     """
 
     project: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_PROJECT)
@@ -252,6 +255,8 @@ class TrackioSettings:
         None, _CAP, env.OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP
     )
     sampling_seed: int = _setting(0, _INT, env.OTEL_EXPORTER_TRACKIO_SAMPLING_SEED)
+
+    summary: bool = _setting(True, _BOOL, env.OTEL_EXPORTER_TRACKIO_SUMMARY)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -14,10 +14,12 @@ from otel_trackio._engine.intake import EventIntake, register_intake
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.open_spans import FirstKnown, OpenSpans
 from otel_trackio._engine.pipeline import TracePipeline
+from otel_trackio._engine.report import RunSummary, say
 from otel_trackio._engine.run import RunEngine, build_run_engine, offload_enabled
-from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote
+from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._offload.client import OffloadClient, portable
+from otel_trackio.sampling import StepSampler
 from otel_trackio.settings import TrackioSettings, activate_first, settings_for
 
 _logger = logging.getLogger("otel_trackio")
@@ -78,6 +80,9 @@ class TrackioSpanExporter(SpanExporter):
         self.open_spans = OpenSpans()
         """Spans started and not ended (fed by ``TrackioSpanProcessor``/``OpenSampleTracker``):
         a flush logs them, unfinished, in their samples."""
+        self.step_sampler: StepSampler | None = None
+        """The sampler choosing which samples reach this exporter, when ``configure()`` or the
+        zero-code setup installed one (the summary at shutdown counts what it left out)."""
         activate_first(settings)
         self._closed = False
         self._offload: OffloadClient | None = None
@@ -93,7 +98,9 @@ class TrackioSpanExporter(SpanExporter):
                 self._offload = OffloadClient(settings, self._sink)
             else:
                 _logger.warning(
-                    "otel-trackio: offload=True ignored, exporting in process: %s", why_not
+                    "otel-trackio: exporting spans in this process, not through an offload "
+                    "writer process: %s (offload=False says so and silences this)",
+                    why_not,
                 )
         if self._offload is None:
             self._engine = build_run_engine(
@@ -197,6 +204,20 @@ class TrackioSpanExporter(SpanExporter):
                 self._sink.release()
         elif self._engine is not None:
             self._engine.shutdown(timeout, open_spans=open_spans)
+        if self.settings.summary:
+            for line in self.summary().lines(trackio_dir()):
+                say(line)
+
+    def summary(self) -> RunSummary:
+        """What this exporter did, as the summary printed at shutdown says it."""
+        sampler = self.step_sampler
+        return RunSummary(
+            self._sink.project,
+            self._sink.run_name,
+            self.stats,
+            not_traced=sampler.dropped_samples if sampler is not None else None,
+            max_samples_per_step=sampler.max_samples_per_step if sampler is not None else None,
+        )
 
 
 def _why_not_offload(settings: TrackioSettings, sink: TrackioSink) -> str | None:

@@ -42,7 +42,7 @@ from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
-from otel_trackio.sampling import step_sampler
+from otel_trackio.sampling import StepSampler, step_sampler
 from otel_trackio.settings import TrackioSettings, activate, settings_for
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import TrackioSpanProcessor
@@ -462,6 +462,8 @@ def configure(
                 sampler = step_sampler(chosen)
                 if installed.sampler_applies:
                     installed.sampler.target = sampler
+                    if isinstance(sampler, StepSampler):  # its drops go in the summary
+                        span_exporter.step_sampler = sampler
                 else:
                     _logger.warning(
                         "otel-trackio: max_samples_per_step ignored: another tracer provider was "

@@ -99,6 +99,8 @@ class TracePipeline:
         self._warn = Warnings()
         # Samples logged since storage was last written (lost if that write fails).
         self._unwritten = 0
+        # The steps Traces were logged at (for the summary's "steps covered").
+        self._steps_logged: set[int] = set()
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -367,6 +369,8 @@ class TracePipeline:
                 continue
             self.stats.log_calls += 1
             self.stats.samples_logged += len(traces)
+            self.stats.logged_at(step, step not in self._steps_logged)
+            self._steps_logged.add(step)
             self._unwritten += len(traces)
             _steps.note_step(step)  # the metric exporters' fallback step
         return ok
