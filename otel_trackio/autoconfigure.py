@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
 from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
+from otel_trackio._engine.report import say
 from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.stats import ExportStats
@@ -277,3 +279,52 @@ def _install_sampler(settings: TrackioSettings) -> Sampler | None:
     sampler = step_sampler(settings)
     provider.sampler = sampler
     return sampler
+
+
+_EXPORTER_VARIABLES = {"metrics": "OTEL_METRICS_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}
+
+
+def missing_exporters(environ: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """(variable, value, entry point) of every metrics/logs exporter the environment names that
+    is not installed — ``OTEL_METRICS_EXPORTER=otlp`` (what ``opentelemetry-distro`` sets when
+    the variable is unset) without ``opentelemetry-exporter-otlp``: the SDK's setup then fails
+    as a whole (``Requested component 'otlp_proto_grpc' not found``) and nothing is traced."""
+    from importlib.metadata import entry_points
+
+    from opentelemetry.sdk import _configuration
+
+    env = os.environ if environ is None else environ
+    out = []
+    for signal, variable in _EXPORTER_VARIABLES.items():
+        value = env.get(variable, "")
+        for name in (n.strip() for n in value.split(",")):
+            if not name or name.lower() == "none":
+                continue
+            try:
+                component = str(_configuration._get_exporter_entry_point(name, signal))  # type: ignore[arg-type]
+            except Exception:  # noqa: BLE001 - a bad protocol: the SDK says it itself
+                continue
+            if not entry_points(group=f"opentelemetry_{signal}_exporter", name=component):
+                out.append((variable, value, component))
+    return out
+
+
+def _say_missing_exporters() -> None:
+    """Zero code with only ``OTEL_TRACES_EXPORTER=trackio``: say, once, in one line, which
+    exporter variable names an exporter that is not installed, and what to set instead."""
+    missing = missing_exporters()
+    if not missing:
+        return
+    named = ", ".join(f"{variable}={value} ({component})" for variable, value, component in missing)
+    say(
+        f"otel-trackio: {named} names an exporter that is not installed, so the OpenTelemetry "
+        "setup fails and nothing is traced; set "
+        + " and ".join(f"{variable}=trackio (or none)" for variable, _, _ in missing)
+        + " — opentelemetry-distro sets otlp when they are unset"
+    )
+
+
+if "trackio" in os.environ.get("OTEL_TRACES_EXPORTER", ""):
+    # The SDK configurator imports this module (the trackio entry point) before it fails on a
+    # missing exporter: the one moment otel-trackio can say why nothing will be traced.
+    _say_missing_exporters()

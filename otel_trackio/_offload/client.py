@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import threading
@@ -39,7 +38,7 @@ from otel_trackio._engine.sink import TrackioSink, run_id, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._offload.writer import CONFIG_FILE, WriterConfig
-from otel_trackio._spool.paths import process_spool
+from otel_trackio._spool.paths import process_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import (
     Checkpoint,
     Position,
@@ -270,8 +269,8 @@ class OffloadClient:
                 process.kill()
                 process.wait()
         self.producer.close()
-        if drained:
-            shutil.rmtree(self.path, ignore_errors=True)
+        if drained:  # all in Trackio: no spool (nor empty run folders) left behind
+            remove_spool(self.path, spool_root(self.settings))
 
     def _writer_done(self) -> bool:
         process = self._process

@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import pickle
-import shutil
 import signal
 import sys
 import threading
@@ -32,6 +31,7 @@ from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.run import build_run_engine
 from otel_trackio._engine.sink import TrackioSink, join_run
 from otel_trackio._spool.drain import Drainer
+from otel_trackio._spool.paths import remove_spool, spool_root
 from otel_trackio._spool.segments import is_locked
 from otel_trackio.settings import TrackioSettings
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 leftover.close()
                 if finished:
                     pipeline.flush()
-                    shutil.rmtree(left, ignore_errors=True)
+                    remove_spool(left, spool_root(settings))
         drainer = Drainer(path, lambda route: own, open_roots=registry)
         drainer.run(stop, producer_gone=lambda: orphaned or _parent_gone(config.parent_pid))
         done = not stop.is_set()
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if done and not drainer.producer_closed:
             # Its rollout process is gone and everything is in Trackio: nothing left to finish.
             # (After a CLOSE the exporter reads the final counters, then removes the spool.)
-            shutil.rmtree(path, ignore_errors=True)
+            remove_spool(path, spool_root(settings))
     finally:
         pipeline.close(flush=False)  # what is not logged stays in the spool
     return 0 if done else STOPPED
