@@ -201,9 +201,7 @@ def test_two_receiver_starts_without_a_name_make_two_runs_and_leave_no_spool(
         assert not spool.exists(), sorted(p.name for p in spool.iterdir())
     runs = SQLiteStorage.get_runs(project)
     assert len(runs) == 2
-    per_run = [
-        sorted(t["metadata"]["sample_index"] for t in read_traces(project, r)) for r in runs
-    ]
+    per_run = [sorted(t["metadata"]["sample_index"] for t in read_traces(project, r)) for r in runs]
     assert sorted(per_run) == [[0, 1, 2], [10, 11, 12]]
 
 

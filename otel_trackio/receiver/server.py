@@ -270,7 +270,6 @@ class OTLPReceiver:
         except OSError:
             pass
 
-
     def _report_runs(self) -> None:
         """The end-of-run summary of each run the receiver logged into, then how to open them
         (the same lines the in-process exporter prints)."""
