@@ -138,6 +138,42 @@ def test_zero_code_with_metrics_left_on_a_missing_otlp_exporter_says_so(
     assert "set OTEL_METRICS_EXPORTER=trackio (or none) and OTEL_LOGS_EXPORTER=trackio" in line
 
 
+def test_zero_code_finishes_the_run_once_and_ends_with_the_summary(project, trackio_dir, tmp_path):
+    app = tmp_path / "app.py"
+    app.write_text(
+        textwrap.dedent(
+            """
+            from opentelemetry import trace
+            tracer = trace.get_tracer("t")
+            for i in range(3):
+                with tracer.start_as_current_span("rollout", attributes={"sample_index": i}):
+                    pass
+            """
+        )
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run(
+        [str(INSTRUMENT), sys.executable, str(app)],
+        env={
+            **clean,
+            "TRACKIO_DIR": trackio_dir,
+            "OTEL_TRACES_EXPORTER": "trackio",
+            "OTEL_METRICS_EXPORTER": "trackio",
+            "OTEL_LOGS_EXPORTER": "trackio",
+            "OTEL_EXPORTER_TRACKIO_PROJECT": project,
+            "OTEL_EXPORTER_TRACKIO_RUN": "zero",
+        },
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("* Run finished.") == 1, result.stdout
+    assert f"otel-trackio: 3 samples logged to {project!r} run 'zero'" in result.stderr
+    assert len(read_traces(project, "zero")) == 3
+
+
 def test_show_command_names_the_folder_written_to(tmp_path):
     command = show_command("my project", tmp_path)
     assert command.startswith(f"TRACKIO_DIR={tmp_path} ")
