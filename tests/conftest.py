@@ -88,3 +88,20 @@ def read_traces(project: str, run: str | None = None) -> list[dict]:
 def read_logs(project: str, run: str | None = None) -> list[dict]:
     """Every metrics log row stored for a project (and run)."""
     return SQLiteStorage.get_logs(project, run)
+
+
+def run_python(script: str, trackio_dir: str, **env: str):
+    """Run ``python -c script`` from the repository with ``TRACKIO_DIR`` (and ``env``); the
+    completed process, its output captured as text."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TRACKIO_DIR": trackio_dir, "TRACKIO_DISABLE_TELEMETRY": "1", **env},
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

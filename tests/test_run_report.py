@@ -12,11 +12,9 @@ import textwrap
 from pathlib import Path
 
 import requests
-from conftest import read_traces
+from conftest import read_traces, run_python
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from test_spool import _finished_spans
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._engine.report import show_command
@@ -41,17 +39,6 @@ RUN = textwrap.dedent(
 )
 
 
-def _python(script: str, trackio_dir: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "TRACKIO_DIR": trackio_dir, "TRACKIO_DISABLE_TELEMETRY": "1", **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def _summary_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("otel-trackio: ")]
 
@@ -60,7 +47,7 @@ def test_every_run_ends_with_one_summary_and_the_command_that_opens_it(project, 
     for offload in (True, False):
         run = f"summed-{offload}"
         script = RUN.format(project=project, extra={"offload": offload}).replace("summed", run)
-        result = _python(script, trackio_dir)
+        result = run_python(script, trackio_dir)
         assert result.returncode == 0, result.stderr
         lines = _summary_lines(result.stderr)
         # The sampler says once, as it starts, that it leaves samples out.
@@ -83,7 +70,7 @@ def test_every_run_ends_with_one_summary_and_the_command_that_opens_it(project, 
 
 def test_the_summary_can_be_turned_off(project, trackio_dir):
     script = RUN.format(project=project, extra={"offload": False, "summary": False})
-    result = _python(script, trackio_dir)
+    result = run_python(script, trackio_dir)
     assert result.returncode == 0, result.stderr
     assert _summary_lines(result.stderr) == []
 
@@ -99,7 +86,7 @@ def test_the_offload_fallback_says_what_happened_not_what_the_user_did_not_set(
         otel_trackio.configure({project!r}, "fallback", token_decoder=decode).shutdown()
         """
     )
-    result = _python(script, trackio_dir)
+    result = run_python(script, trackio_dir)
     assert result.returncode == 0, result.stderr
     assert "offload=True" not in result.stderr
     assert (
@@ -108,24 +95,29 @@ def test_the_offload_fallback_says_what_happened_not_what_the_user_did_not_set(
     ) in result.stderr
 
 
-def test_zero_code_with_metrics_left_on_a_missing_otlp_exporter_says_so(
-    project, trackio_dir, tmp_path
-):
-    app = tmp_path / "app.py"
-    app.write_text("print('app finished')\n")
+def _instrument(tmp_path: Path, app: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``opentelemetry-instrument python app.py`` with only ``OTEL_TRACES_EXPORTER=trackio`` (and
+    ``env``) set: nothing else of the caller's ``OTEL_*``."""
+    (tmp_path / "app.py").write_text(app)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    result = subprocess.run(
-        [str(INSTRUMENT), sys.executable, str(app)],
-        env={
-            **clean,
-            "TRACKIO_DIR": trackio_dir,
-            "OTEL_TRACES_EXPORTER": "trackio",
-            "OTEL_EXPORTER_TRACKIO_PROJECT": project,
-        },
+    return subprocess.run(
+        [str(INSTRUMENT), sys.executable, str(tmp_path / "app.py")],
+        env={**clean, "OTEL_TRACES_EXPORTER": "trackio", **env},
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
+    )
+
+
+def test_zero_code_with_metrics_left_on_a_missing_otlp_exporter_says_so(
+    project, trackio_dir, tmp_path
+):
+    result = _instrument(
+        tmp_path,
+        "print('app finished')\n",
+        TRACKIO_DIR=trackio_dir,
+        OTEL_EXPORTER_TRACKIO_PROJECT=project,
     )
     assert "app finished" in result.stdout
     said = [line for line in _summary_lines(result.stderr) if "not installed" in line]
@@ -139,34 +131,23 @@ def test_zero_code_with_metrics_left_on_a_missing_otlp_exporter_says_so(
 
 
 def test_zero_code_finishes_the_run_once_and_ends_with_the_summary(project, trackio_dir, tmp_path):
-    app = tmp_path / "app.py"
-    app.write_text(
-        textwrap.dedent(
-            """
-            from opentelemetry import trace
-            tracer = trace.get_tracer("t")
-            for i in range(3):
-                with tracer.start_as_current_span("rollout", attributes={"sample_index": i}):
-                    pass
-            """
-        )
+    app = textwrap.dedent(
+        """
+        from opentelemetry import trace
+        tracer = trace.get_tracer("t")
+        for i in range(3):
+            with tracer.start_as_current_span("rollout", attributes={"sample_index": i}):
+                pass
+        """
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    result = subprocess.run(
-        [str(INSTRUMENT), sys.executable, str(app)],
-        env={
-            **clean,
-            "TRACKIO_DIR": trackio_dir,
-            "OTEL_TRACES_EXPORTER": "trackio",
-            "OTEL_METRICS_EXPORTER": "trackio",
-            "OTEL_LOGS_EXPORTER": "trackio",
-            "OTEL_EXPORTER_TRACKIO_PROJECT": project,
-            "OTEL_EXPORTER_TRACKIO_RUN": "zero",
-        },
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = _instrument(
+        tmp_path,
+        app,
+        TRACKIO_DIR=trackio_dir,
+        OTEL_EXPORTER_TRACKIO_PROJECT=project,
+        OTEL_METRICS_EXPORTER="trackio",
+        OTEL_LOGS_EXPORTER="trackio",
+        OTEL_EXPORTER_TRACKIO_RUN="zero",
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("* Run finished.") == 1, result.stdout
@@ -202,15 +183,7 @@ def _serve(project: str, trackio_dir: str, spool: Path, *args: str):
 
 
 def _send(url: str, samples: int, offset: int = 0) -> None:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("t")
-    for i in range(offset, offset + samples):
-        with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": i}):
-            with tracer.start_as_current_span("chat", attributes={"output.value": "y" * 2000}):
-                pass
-    spans = list(memory.get_finished_spans())
+    spans = _finished_spans(samples, offset)
     for k in range(0, len(spans), 400):
         body = encode_spans(spans[k : k + 400]).SerializeToString()
         assert requests.post(url + "/v1/traces", data=body, headers=PROTOBUF).status_code == 200
@@ -265,7 +238,7 @@ def test_a_restart_after_an_unclean_stop_finishes_the_spool_in_its_run(
 def test_offload_leaves_no_empty_spool_folders(project, trackio_dir, tmp_path):
     spools = tmp_path / "spools"
     script = RUN.format(project=project, extra={"offload": True})
-    result = _python(script, trackio_dir, OTEL_EXPORTER_TRACKIO_SPOOL_DIR=str(spools))
+    result = run_python(script, trackio_dir, OTEL_EXPORTER_TRACKIO_SPOOL_DIR=str(spools))
     assert result.returncode == 0, result.stderr
     assert len(read_traces(project, "summed")) == 4
     assert not spools.exists() or list(spools.iterdir()) == []

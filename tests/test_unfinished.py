@@ -3,14 +3,11 @@ marked unfinished, and ``partial_reason`` names them — in process, offloaded, 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import read_traces
+from conftest import read_traces, run_python
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -158,16 +155,7 @@ STUCK_WITH_CONFIGURE = textwrap.dedent(
 
 
 def test_offloaded_run_stores_the_stuck_sample_with_its_open_spans(project, trackio_dir):
-    script = STUCK_WITH_CONFIGURE.format(project=project, tool=TOOL)
-    env = {**os.environ, "TRACKIO_DIR": trackio_dir, "TRACKIO_DISABLE_TELEMETRY": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_python(STUCK_WITH_CONFIGURE.format(project=project, tool=TOOL), trackio_dir)
     assert result.returncode == 0, result.stderr
     traces = {t["metadata"]["sample_index"]: t for t in read_traces(project, "offloaded")}
     assert set(traces) == {0, 1}
