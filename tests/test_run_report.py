@@ -61,7 +61,7 @@ def test_every_run_ends_with_one_summary_and_the_command_that_opens_it(project, 
         [where] = [line for line in lines if "open them with" in line]
         assert f"TRACKIO_DIR={trackio_dir} " in where
         assert where.endswith(
-            f'show --project {project} → Traces page, Sort "Step ascending" '
+            f'show --project {project} → Traces page, Sort "Oldest first" '
             '(partial ones: search "partial")'
         )
         assert result.stdout.count("* Run finished.") == 1, result.stdout

@@ -6,7 +6,7 @@ Every path ends a run with the same two lines — the in-process exporter (offlo
     otel-trackio: 24 samples logged to 'demo' run 'run-3', steps 0-5 (6 steps); 2 partial,
     0 lost; 8 not traced (max_samples_per_step=4)
     otel-trackio: open them with: TRACKIO_DIR=/tmp/x /venv/bin/trackio show --project demo
-    → Traces page, Sort "Step ascending" (partial ones: search "partial")
+    → Traces page, Sort "Oldest first" (partial ones: search "partial")
 
 :func:`say` prints to stderr (the user's stdout stays theirs); the ``summary`` setting
 (``OTEL_EXPORTER_TRACKIO_SUMMARY=false``) turns the summary off.
@@ -23,8 +23,9 @@ from pathlib import Path
 
 from otel_trackio._engine.stats import ExportStats
 
-WHERE_ON_THE_PAGE = 'Traces page, Sort "Step ascending"'
-"""Where the Traces are on Trackio's dashboard (its Traces page has a Step filter and sort)."""
+WHERE_ON_THE_PAGE = 'Traces page, Sort "Oldest first"'
+"""Where the Traces are on Trackio's dashboard: its Traces page, oldest first reads the steps in
+order and each step in sample order (one log call per step, listed in sample order)."""
 
 
 def show_command(project: str, trackio_dir: str | Path | None = None) -> str:
