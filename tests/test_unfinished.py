@@ -65,7 +65,7 @@ def test_a_sample_stuck_in_its_first_tool_call_is_stored_with_its_open_spans(pro
     assert root["parent_id"] is None and tool["parent_id"] == root["id"]
     assert tool["kind"] == "tool" and tool["metadata"]["gen_ai.tool.name"] == "get_weather"
     assert tool["duration_ms"] >= 0 and root["duration_ms"] >= tool["duration_ms"]
-    assert meta["root_span_id"] == root["id"] and meta["span_count"] == 2
+    assert len(trace["spans"]) == 2
     reason = meta["partial_reason"]
     assert reason.startswith("flush: still open: execute_tool get_weather (")
     assert reason.index("execute_tool") < reason.index("rollout (")
@@ -85,7 +85,7 @@ def test_a_sample_stuck_after_some_children_ended_keeps_them(project):
         "execute_tool get_weather": "unfinished",
     }
     assert spans["chat m"]["parent_id"] == spans["rollout"]["id"]
-    assert trace["metadata"]["usage"]["input_tokens"] == 7
+    assert spans["chat m"]["usage"]["input_tokens"] == 7
     assert "still open: execute_tool get_weather" in trace["metadata"]["partial_reason"]
 
 
