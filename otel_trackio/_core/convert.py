@@ -42,7 +42,8 @@ METADATA_KEYS = frozenset(
 )
 
 #: First name segments (``<namespace>.…``) of the OTel semantic conventions (GenAI included),
-#: OpenInference, OpenLLMetry and Logfire (pydantic-ai): such attributes are never user fields.
+#: OpenInference, OpenLLMetry, Logfire (pydantic-ai), LiteLLM and the Vercel AI SDK (``ai.*``):
+#: such attributes are never user fields.
 CONVENTION_NAMESPACES = frozenset(
     {
         # OTel semantic conventions registry
@@ -60,8 +61,8 @@ CONVENTION_NAMESPACES = frozenset(
         "openinference", "llm", "input", "output", "tool", "tool_call", "message",
         "message_content", "embedding", "retrieval", "reranker", "document", "image", "audio",
         "agent", "graph", "prompt", "tag",
-        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM
-        "traceloop", "logfire", "pydantic_ai", "litellm",
+        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM, the Vercel AI SDK
+        "traceloop", "logfire", "pydantic_ai", "litellm", "ai",
     }
 )  # fmt: skip
 
