@@ -496,7 +496,8 @@ def test_tool_run_and_other_operations():
 
 def test_ai_attributes_stay_out_of_the_header(project):
     """On the sample root (an AI SDK call run as the rollout itself) and as numbers on its
-    children, ``ai.*`` is the SDK's bookkeeping, never a user field."""
+    children, ``ai.*`` is the SDK's bookkeeping, never a user field; except the user's own
+    values the SDK carries (ai 4 to 6 ``telemetry.metadata``, ai 7 ``runtimeContext``)."""
     with traced(project) as (tracer, _):
         with tracer.start_as_current_span(
             "ai.generateText",
@@ -509,6 +510,7 @@ def test_ai_attributes_stay_out_of_the_header(project):
                 "ai.settings.maxRetries": 2,
                 "ai.prompt": json.dumps({"prompt": "2+2?"}),
                 "ai.response.text": "4",
+                "ai.telemetry.metadata.experiment": "baseline",
                 "reward": 1.0,
             },
         ):
@@ -522,11 +524,17 @@ def test_ai_attributes_stay_out_of_the_header(project):
                     "ai.usage.inputTokens": 5,
                     "ai.usage.outputTokens": 1,
                     "ai.usage.inputTokenDetails.noCacheTokens": 5,
+                    "ai.settings.context.attempt": 2,
                 },
             ):
                 pass
     trace = one_trace(project)
-    assert set(trace["metadata"]) - METADATA_KEYS == {"reward"}
+    user = {k: v for k, v in trace["metadata"].items() if k not in METADATA_KEYS}
+    assert user == {
+        "ai.telemetry.metadata.experiment": "baseline",
+        "reward": 1,
+        "ai.settings.context.attempt": 2,
+    }
     assert trace["metadata"]["usage"] == {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6}
     assert trace["messages"] == [
         {"role": "user", "content": "2+2?"},

@@ -20,7 +20,8 @@ One span per call, its role in ``ai.operationId`` (:func:`kind`):
 
 Model ``ai.response.model`` > ``ai.model.id``, provider ``ai.model.provider``, usage
 ``ai.usage.*`` (:data:`USAGE_KEYS`): each after its ``gen_ai.*`` twin, which these spans also
-carry. The ``ai`` namespace is the SDK's: none of it is a user field of the Trace header.
+carry. The ``ai`` namespace is the SDK's: none of it is a user field of the Trace header, except
+the user's own values it carries (:data:`USER_FIELD_PREFIXES`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ USAGE_KEYS: dict[str, tuple[str, ...]] = {
         "ai.usage.reasoningTokens",
     ),
 }
+
+#: where the SDK puts the user's own values (ai 4 to 6: ``telemetry.metadata``, ai 7:
+#: ``runtimeContext``): user fields, unlike the rest of the ``ai`` namespace
+USER_FIELD_PREFIXES = ("ai.telemetry.metadata.", "ai.settings.context.")
 
 _PROMPT_MESSAGES = "ai.prompt.messages"
 _PROMPT = "ai.prompt"
