@@ -302,10 +302,13 @@ def _translate_span(
         out["error"] = error
     if facts.model is not None:
         out["model"] = facts.model
+    # Tokens and cost count on model calls only (Trackio's Tokens and Cost chips sum every
+    # span's): an agent span's totals over its model calls are shown in its metadata.
+    counted = out if facts.kind == "generation" else metadata
     if facts.usage is not None:
-        out["usage"] = dict(facts.usage)
+        counted["usage"] = dict(facts.usage)
     if facts.cost_usd is not None:
-        out["cost_usd"] = facts.cost_usd
+        counted["cost_usd"] = facts.cost_usd
     if facts.input is not None:
         out["input"] = limit(facts.input, settings.max_value_chars)
     if facts.output is not None:
