@@ -418,6 +418,18 @@ def test_ai3_result_attributes_and_a_prompt_text():
     assert facts.output == [{"role": "assistant", "content": "hello", "finish_reason": "stop"}]
 
 
+def test_system_messages_in_the_prompt():
+    system = [{"role": "system", "content": "be brief"}, {"role": "system", "content": "be kind"}]
+    facts = facts_of(
+        {
+            "ai.operationId": "ai.streamText",
+            "ai.prompt": json.dumps({"system": system, "prompt": "hi"}),
+        }
+    )
+    assert facts.system_messages == system
+    assert facts.input_messages == [{"role": "user", "content": "hi"}]
+
+
 def test_the_whole_call_answers_with_its_text_not_every_steps_calls():
     calls = [{"toolCallId": "c1", "toolName": "calc", "input": {"expr": "2+2"}}]
     facts = facts_of(

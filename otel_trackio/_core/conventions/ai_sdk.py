@@ -128,8 +128,12 @@ def _prompt(attrs: Mapping[str, Any], consumed: set[str]) -> Messages | None:
     if not is_map(prompt):
         return _messages(prompt)
     messages: Messages = []
-    if prompt.get("system") not in (None, ""):
-        messages.append({"role": "system", "content": as_text(prompt["system"])})
+    system = prompt.get("system")
+    if isinstance(system, str):
+        if system:
+            messages.append({"role": "system", "content": system})
+    elif system is not None:  # ai 6+: system messages (one or a list)
+        messages.extend(_messages(system, "system"))
     if prompt.get("messages") is not None:
         messages.extend(_messages(prompt["messages"]))
     elif prompt.get("prompt") is not None:
@@ -137,13 +141,15 @@ def _prompt(attrs: Mapping[str, Any], consumed: set[str]) -> Messages | None:
     return messages
 
 
-def _messages(value: Any) -> Messages:
-    """AI SDK messages (a JSON list, or a prompt text) in the common shape: each tool result
-    its own tool message, paired by its ``toolCallId``."""
+def _messages(value: Any, default_role: str = "user") -> Messages:
+    """AI SDK messages (a JSON list, one message, or a prompt text) in the common shape: each
+    tool result its own tool message, paired by its ``toolCallId``."""
     parsed = parse_json(value)
     if isinstance(parsed, list):
         parsed = [_message(m) for m in parsed]
-    return normalize_messages(parsed, "user")
+    elif is_map(parsed):
+        parsed = _message(parsed)
+    return normalize_messages(parsed, default_role)
 
 
 def _message(message: Any) -> Any:
