@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -156,6 +157,7 @@ def runs() -> dict[str, Any]:
         result = subprocess.run(
             [node, str(JS / "ai_sdk_agent.mjs")],
             input=json.dumps(plan),
+            env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
             capture_output=True,
             text=True,
             timeout=120,
