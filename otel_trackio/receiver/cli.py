@@ -118,11 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from otel_trackio.receiver.server import OTLPReceiver
         from otel_trackio.settings import TrackioSettings
     except ImportError as exc:  # pragma: no cover - depends on the install
-        print(
-            f"otel-trackio serve needs the receiver extra: pip install 'otel-trackio[receiver]' "
-            f"({exc})",
-            file=sys.stderr,
-        )
+        from otel_trackio.receiver import missing_extra
+
+        print(f"otel-trackio serve {missing_extra(exc)}", file=sys.stderr)
         return 2
     overrides: dict[str, Any] = {}
     if args.sample_grace_seconds is not None:
