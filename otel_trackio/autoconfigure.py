@@ -17,7 +17,6 @@ exporter then logs one error naming the variable and sends nothing.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,18 +31,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
-from otel_trackio._engine.pipeline import ExportStats
+from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
+from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike
+from otel_trackio._engine.stats import ExportStats
 from otel_trackio.environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
     OTEL_EXPORTER_TRACKIO_PROJECT,
 )
-from otel_trackio.log_exporter import (
-    LogExportStats,
-    LogRecordExporter,
-    LogRecordExportResult,
-    TrackioLogExporter,
-)
+from otel_trackio.log_exporter import LogExportStats, TrackioLogExporter
 from otel_trackio.metric_exporter import (
     DEFAULT_TEMPORALITY,
     MetricExportStats,
@@ -73,8 +69,7 @@ def settings_from_env(
     ``OTEL_EXPORTER_TRACKIO_PROJECT`` when it is unset and ``require_project`` is true.
     """
     settings = TrackioSettings.from_env(environ, **overrides)
-    if settings.offload is None:  # zero-code offloads unless told not to (see the README)
-        settings = dataclasses.replace(settings, offload=True)
+    settings = with_offload_resolved(settings, process_wide=True)  # on unless told not to
     if require_project and settings.project is None:
         raise TrackioConfigError(
             f"otel-trackio: set {OTEL_EXPORTER_TRACKIO_PROJECT} to the Trackio project to log "

@@ -342,11 +342,6 @@ def settings_for(
     return chosen
 
 
-def environment_variables() -> dict[str, str]:
-    """``{setting name: environment variable}`` for every setting that has one."""
-    return {f.name: f.metadata["env"] for f in fields(TrackioSettings) if f.metadata.get("env")}
-
-
 # -- the process's active settings (for code that has no exporter at hand) ----------------------
 
 _active: TrackioSettings | None = None
@@ -354,11 +349,20 @@ _from_environment: TrackioSettings | None = None
 
 
 def activate(settings: TrackioSettings) -> None:
-    """Make ``settings`` the process's active ones: ``rollout()`` and a ``StepSampler`` built
-    without attribute names use their ``step_attribute`` / ``sample_attribute``. Every
-    ``TrackioSpanExporter`` and ``configure()`` calls it (the latest one wins)."""
+    """Make ``settings`` the process's active ones: ``rollout()``, ``OpenSampleTracker()`` and a
+    ``StepSampler`` built without attribute names use their ``step_attribute`` /
+    ``sample_attribute``. ``configure()`` calls it (the latest one wins)."""
     global _active
     _active = settings
+
+
+def activate_first(settings: TrackioSettings) -> None:
+    """:func:`activate` ``settings`` unless some are active already: a hand-built
+    ``TrackioSpanExporter`` names the process's attributes when it is the first, and a later
+    one (another run's) never changes what ``rollout()`` and ``OpenSampleTracker()`` read."""
+    global _active
+    if _active is None:
+        _active = settings
 
 
 def active_settings() -> TrackioSettings:

@@ -11,7 +11,6 @@ exporter: the same project and run return the existing handle, a different one r
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -39,6 +38,7 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
+from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
@@ -416,8 +416,7 @@ def configure(
     """
     global _installed, _active
     chosen = settings_for(project, name, settings, options)
-    if chosen.offload is None:  # configure() offloads unless told not to (see the README)
-        chosen = dataclasses.replace(chosen, offload=True)
+    chosen = with_offload_resolved(chosen, process_wide=True)  # on unless told not to
     request = _Request(chosen, run, metrics, logs)
     with _lock:
         previous = _active

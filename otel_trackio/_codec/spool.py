@@ -1,4 +1,5 @@
-"""What a spool entry holds, and the lean encoding that keeps the rollout process cheap.
+"""Records ↔ spool entry bytes: what an entry holds, and the lean encoding that keeps the rollout
+process cheap.
 
 An entry is a kind byte and a pickled payload. Spans travel as plain tuples (no objects to build
 in the producer: about 6 µs per span with the pickling, against ~15 µs for full records), with
@@ -20,6 +21,8 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from otel_trackio._codec.routes import NO_ROUTE, Route
+from otel_trackio._codec.tables import KIND_CODES, STATUS_CODES, kind_name, status_name
 from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 
 SPANS = 1
@@ -29,15 +32,10 @@ FLUSH = 10
 CLOSE = 11
 EXPECT_LOGS = 12
 
-Route = tuple[str | None, str | None]
-"""(``trackio.project``, ``trackio.run``) of a receiver request part; (None, None) in process."""
-
-_STATUS = ("unset", "ok", "error")
-_KINDS = ("INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
-def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = (None, None)) -> bytes:
+def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = NO_ROUTE) -> bytes:
     """SDK spans as one :data:`SPANS` payload (what ``offload=True`` pays per export)."""
     resources: dict[int, Mapping[str, Any]] = {}
     rows = []
@@ -75,7 +73,7 @@ def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = (None, None))
     return pickle.dumps((route, resources, rows), _PROTOCOL)
 
 
-def encode_records(records: Sequence[SpanRecord], route: Route = (None, None)) -> bytes:
+def encode_records(records: Sequence[SpanRecord], route: Route = NO_ROUTE) -> bytes:
     """Span records (decoded from OTLP) as one :data:`SPANS` payload."""
     resources: dict[int, Mapping[str, Any]] = {}
     rows = []
@@ -93,9 +91,9 @@ def encode_records(records: Sequence[SpanRecord], route: Route = (None, None)) -
                 r.parent_is_remote,
                 dict(r.attributes) or None,
                 tuple((e.name, e.time_ns, dict(e.attributes)) for e in r.events) or None,
-                _STATUS.index(r.status) if r.status in _STATUS else 0,
+                STATUS_CODES.get(r.status, 0),
                 r.status_description,
-                _KINDS.index(r.kind) if r.kind in _KINDS else 0,
+                KIND_CODES.get(r.kind, 0),
                 key,
                 r.scope,
             )
@@ -121,9 +119,9 @@ def decode_spans(payload: bytes) -> tuple[Route, list[SpanRecord]]:
                 parent_is_remote=remote,
                 attributes=attributes or {},
                 events=tuple(EventRecord(n, t, a) for n, t, a in events) if events else (),
-                status=_STATUS[status] if 0 <= status < len(_STATUS) else "unset",
+                status=status_name(status),
                 status_description=description,
-                kind=_KINDS[kind] if 0 <= kind < len(_KINDS) else "INTERNAL",
+                kind=kind_name(kind),
                 resource=resources.get(resource_key) or {},
                 scope=scope,
             )
@@ -131,7 +129,7 @@ def decode_spans(payload: bytes) -> tuple[Route, list[SpanRecord]]:
     return route, records
 
 
-def encode_events(events: Sequence[LogEventRecord], route: Route = (None, None)) -> bytes:
+def encode_events(events: Sequence[LogEventRecord], route: Route = NO_ROUTE) -> bytes:
     """GenAI log events as one :data:`EVENTS` payload."""
     return pickle.dumps((route, list(events)), _PROTOCOL)
 
