@@ -43,6 +43,14 @@ OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS = "OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_S
 OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS = "OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS"
 """Longer strings are cut with a visible marker. Default ``65536``."""
 
+OTEL_EXPORTER_TRACKIO_MAX_SPAN_ATTRIBUTES = "OTEL_EXPORTER_TRACKIO_MAX_SPAN_ATTRIBUTES"
+"""The OTLP receiver keeps the first this many attributes of a span, event, log record or resource
+(the cut is marked ``otel_trackio.dropped_attributes``). Default ``1024``."""
+
+OTEL_EXPORTER_TRACKIO_MAX_SPAN_EVENTS = "OTEL_EXPORTER_TRACKIO_MAX_SPAN_EVENTS"
+"""The OTLP receiver keeps the first this many events of a span (the cut is marked
+``otel_trackio.dropped_events``). Default ``1024``."""
+
 OTEL_EXPORTER_TRACKIO_TOKEN_DECODER = "OTEL_EXPORTER_TRACKIO_TOKEN_DECODER"
 """``module:function`` turning token id lists into text; ``none``/``off`` or unset: no decoding."""
 

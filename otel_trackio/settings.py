@@ -193,6 +193,11 @@ class TrackioSettings:
         max_buffered_spans: past this many waiting spans (and log events waiting for their
             span) the oldest samples go out as partial.
         max_value_chars: longer strings are cut with a visible marker.
+        max_span_attributes, max_span_events: the OTLP receiver keeps the first this many
+            attributes of a span (also of an event, a log record, a resource) and events of a
+            span, marking the cut (``otel_trackio.dropped_attributes`` / ``dropped_events``), as
+            the OTel SDK's ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`` does; in process the SDK's own
+            limits apply.
         token_decoder: turns token id lists on spans into text (on the export thread).
         token_id_attributes: which span attributes hold token ids, and the side each fills.
         offload: the span exporter only turns spans into compact records and spools them; a
@@ -232,6 +237,8 @@ class TrackioSettings:
         100_000, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS
     )
     max_value_chars: int = _setting(64 * 1024, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS)
+    max_span_attributes: int = _setting(1024, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_SPAN_ATTRIBUTES)
+    max_span_events: int = _setting(1024, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_SPAN_EVENTS)
     token_decoder: TokenDecoder | None = _setting(
         None, _DECODER, env.OTEL_EXPORTER_TRACKIO_TOKEN_DECODER
     )
