@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import read_logs, read_traces
+from conftest import trace_id as stored_trace_id
 from google.rpc import status_pb2
 from opentelemetry import trace as otel_trace
 from opentelemetry.exporter.otlp.proto.http import Compression
@@ -226,7 +227,7 @@ def test_json_request_with_hex_ids_routes_by_resource_attributes(project, start_
     assert read_traces(project, "r") == []
     (trace,) = read_traces(project, "json-run")
     assert trace["step"] == 7 and trace["metadata"]["sample_index"] == 3
-    assert trace["metadata"]["trace_id"] == trace_id
+    assert stored_trace_id(trace) == trace_id
     assert trace["metadata"]["service_name"] == "js-agent"
     spans = {s["name"]: s for s in trace["spans"]}
     assert spans["rollout"]["id"] == root_id
