@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from otel_trackio._core.assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
-from otel_trackio._core.conventions import SpanFacts, dialects, read_span_facts
+from otel_trackio._core.conventions import SpanFacts, ai_sdk, dialects, read_span_facts
 from otel_trackio._core.conversation import build_conversation, settle_model_calls
 from otel_trackio._core.metric_convert import format_attribute
 from otel_trackio._core.records import UNFINISHED, SpanRecord
@@ -42,8 +42,8 @@ METADATA_KEYS = frozenset(
 )
 
 #: First name segments (``<namespace>.…``) of the OTel semantic conventions (GenAI included),
-#: OpenInference, OpenLLMetry, Logfire (pydantic-ai), LiteLLM and MLflow: such attributes are never
-#: user fields.
+#: OpenInference, OpenLLMetry, Logfire (pydantic-ai), LiteLLM, MLflow and the Vercel AI SDK
+#: (``ai.*``): such attributes are never user fields.
 CONVENTION_NAMESPACES = frozenset(
     {
         # OTel semantic conventions registry
@@ -61,8 +61,8 @@ CONVENTION_NAMESPACES = frozenset(
         "openinference", "llm", "input", "output", "tool", "tool_call", "message",
         "message_content", "embedding", "retrieval", "reranker", "document", "image", "audio",
         "agent", "graph", "prompt", "tag",
-        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM, MLflow
-        "traceloop", "logfire", "pydantic_ai", "litellm", "mlflow",
+        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM, MLflow, the Vercel AI SDK
+        "traceloop", "logfire", "pydantic_ai", "litellm", "mlflow", "ai",
     }
 )  # fmt: skip
 
@@ -199,12 +199,16 @@ def _show_prompt_and_answer(root: dict[str, Any], messages: list[dict[str, Any]]
 def is_user_attribute(key: str, read_names: frozenset[str]) -> bool:
     """True for an attribute the user named: not one the exporter reads (``read_names``: the
     sample's identity, token ids), not private (``_…``: kept on its span only), not in a
-    convention's namespace, not a Trace metadata key."""
+    convention's namespace (unless a convention's place for the user's own values, such as the
+    AI SDK's ``ai.telemetry.metadata.*``), not a Trace metadata key."""
     return not (
         key in read_names
         or key in METADATA_KEYS
         or key.startswith("_")
-        or key.partition(".")[0] in CONVENTION_NAMESPACES
+        or (
+            key.partition(".")[0] in CONVENTION_NAMESPACES
+            and not key.startswith(ai_sdk.USER_FIELD_PREFIXES)
+        )
     )
 
 
