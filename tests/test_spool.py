@@ -308,6 +308,22 @@ def test_offload_under_opentelemetry_instrument(project, trackio_dir, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert _keys(read_traces(project, "zero-code")) == [(0, i) for i in range(10)]
+    # The writer must not instrument itself (it would start a writer, which would start one...):
+    # once the app is done, its writer exits and no other appears.
+    _wait_until(lambda: not _processes_mentioning(trackio_dir), timeout=60)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 # -- the receiver --------------------------------------------------------------------------------

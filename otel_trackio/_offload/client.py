@@ -63,9 +63,42 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "_"
 
 
+_IN_WRITER = "OTEL_TRACKIO_OFFLOAD_WRITER"
+"""Set in a writer process's environment: what runs there never starts a writer of its own."""
+_NO_SELF_TRACING = ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER")
+
+
+def writer_environment() -> dict[str, str]:
+    """The writer process's environment: this process's, minus what would make it trace itself.
+
+    Under ``opentelemetry-instrument`` the ``PYTHONPATH`` carries the auto-instrumentation's
+    ``sitecustomize`` and ``OTEL_TRACES_EXPORTER=trackio``: a writer inheriting both would build
+    an offloading exporter, start a writer of its own, which would do the same, and so on.
+    """
+    env = dict(os.environ)
+    env["TRACKIO_DIR"] = str(trackio_dir())
+    env[_IN_WRITER] = "1"
+    for name in _NO_SELF_TRACING:
+        env[name] = "none"
+    python_path = [
+        entry
+        for entry in env.get("PYTHONPATH", "").split(os.pathsep)
+        if entry
+        and Path(entry).parts[-3:] != ("opentelemetry", "instrumentation", "auto_instrumentation")
+    ]
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(python_path)
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
+
+
 def portable(settings: TrackioSettings) -> str | None:
     """Why ``settings`` cannot cross to a writer process (None when they can): a token decoder
-    must be importable there (a module-level function, a bound method of a picklable object)."""
+    must be importable there (a module-level function, a bound method of a picklable object);
+    and a writer process never offloads again."""
+    if os.environ.get(_IN_WRITER):
+        return "this is an offload writer process"
     decoder = settings.token_decoder
     if decoder is not None:
         module = getattr(decoder, "__module__", None) or ""
@@ -124,7 +157,7 @@ class OffloadClient:
                 stdin=subprocess.DEVNULL,
                 stdout=log,  # Trackio's banners; warnings go to stderr, shared with this process
                 start_new_session=True,  # Ctrl-C reaches the rollout, which then shuts us down
-                env={**os.environ, "TRACKIO_DIR": str(trackio_dir())},
+                env=writer_environment(),
             )
         finally:
             log.close()
