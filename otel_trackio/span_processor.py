@@ -23,6 +23,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_trackio._core.sdk_span import attributes_view
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio.settings import active_settings
 from otel_trackio.span_exporter import TrackioSpanExporter
@@ -46,20 +47,18 @@ class OpenSampleTracker(SpanProcessor):
         self._registry = registry
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        """Record a starting sample root (cost: one attribute lookup for other spans)."""
-        attributes = span.attributes
-        name = self._sample_attribute or active_settings().sample_attribute
-        if attributes and name in attributes:
+        """Record a starting sample root (cost for other spans: one dict lookup)."""
+        attributes = attributes_view(span)
+        if (self._sample_attribute or active_settings().sample_attribute) in attributes:
             context = span.get_span_context()
             self._registry.register(context.trace_id, context.span_id, dict(attributes))
 
     def on_end(self, span: ReadableSpan) -> None:
         """Forget a sample root once it ended (the exporter then has the root itself)."""
-        attributes = span.attributes
-        name = self._sample_attribute or active_settings().sample_attribute
-        context = span.context
-        if attributes and name in attributes and context is not None:
-            self._registry.unregister(context.trace_id, context.span_id)
+        if (self._sample_attribute or active_settings().sample_attribute) in attributes_view(span):
+            context = span.context
+            if context is not None:
+                self._registry.unregister(context.trace_id, context.span_id)
 
     def shutdown(self) -> None:
         """Nothing to release."""

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import StatusCode
+
+from otel_trackio._core.sdk_span import SpanRow, resource_attributes, span_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,36 +57,39 @@ class SpanRecord:
         return self.parent_id is None or self.parent_is_remote
 
 
-_STATUS = {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}
+STATUSES = ("unset", "ok", "error")
+"""``SpanRecord.status`` by status code (``StatusCode`` values: 0 unset, 1 ok, 2 error)."""
+KINDS = ("INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+"""``SpanRecord.kind`` by ``SpanKind`` value."""
+
+
+def record_from_row(row: SpanRow, resource: Mapping[str, Any]) -> SpanRecord:
+    """A span record from a :data:`~otel_trackio._core.sdk_span.SpanRow` and its resource's
+    attributes (what the in-process exporter and the spool's reader both build)."""
+    (trace_id, span_id, name, start, end, parent_id, remote, attributes, events) = row[:9]
+    status, description, kind, _, scope = row[9:]
+    return SpanRecord(
+        trace_id=trace_id,
+        span_id=span_id,
+        name=name,
+        start_ns=start,
+        end_ns=end,
+        parent_id=parent_id,
+        parent_is_remote=bool(remote),
+        attributes=attributes or {},
+        events=tuple(EventRecord(n, t, a) for n, t, a in events) if events else (),
+        status=STATUSES[status] if 0 <= status < len(STATUSES) else "unset",
+        status_description=description,
+        kind=KINDS[kind] if 0 <= kind < len(KINDS) else "INTERNAL",
+        resource=resource,
+        scope=scope,
+    )
 
 
 def record_from_readable_span(span: ReadableSpan) -> SpanRecord:
     """Copy what otel-trackio needs out of an SDK span (cheap: no conversion happens here)."""
-    context = span.context
-    parent = span.parent
-    status = span.status
-    resource = span.resource
-    scope = span.instrumentation_scope
-    start = span.start_time or 0
-    return SpanRecord(
-        trace_id=context.trace_id if context is not None else 0,
-        span_id=context.span_id if context is not None else 0,
-        name=span.name,
-        start_ns=start,
-        end_ns=span.end_time or start,
-        parent_id=parent.span_id if parent is not None else None,
-        parent_is_remote=bool(parent is not None and parent.is_remote),
-        # A plain dict: the SDK's BoundedAttributes mapping is slow to read key by key.
-        attributes=dict(span.attributes) if span.attributes else {},
-        events=tuple(
-            EventRecord(e.name, e.timestamp or 0, e.attributes or {}) for e in span.events
-        ),
-        status=_STATUS.get(status.status_code, "unset") if status is not None else "unset",
-        status_description=status.description if status is not None else None,
-        kind=span.kind.name if span.kind is not None else "INTERNAL",
-        resource=dict(resource.attributes) if resource is not None else {},
-        scope=scope.name if scope is not None else None,
-    )
+    row, resource = span_row(span)
+    return record_from_row(row, resource_attributes(resource))
 
 
 @dataclass(frozen=True, slots=True)
