@@ -17,7 +17,6 @@ exporter then logs one error naming the variable and sends nothing.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -50,7 +49,7 @@ from otel_trackio.metric_exporter import (
     TrackioMetricExporter,
 )
 from otel_trackio.sampling import step_sampler
-from otel_trackio.settings import TrackioConfigError, TrackioSettings
+from otel_trackio.settings import TrackioConfigError, TrackioSettings, with_offload_default
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import OpenSampleTracker
 
@@ -73,8 +72,7 @@ def settings_from_env(
     ``OTEL_EXPORTER_TRACKIO_PROJECT`` when it is unset and ``require_project`` is true.
     """
     settings = TrackioSettings.from_env(environ, **overrides)
-    if settings.offload is None:  # zero-code offloads unless told not to (see the README)
-        settings = dataclasses.replace(settings, offload=True)
+    settings = with_offload_default(settings)  # on unless told not to (see the README)
     if require_project and settings.project is None:
         raise TrackioConfigError(
             f"otel-trackio: set {OTEL_EXPORTER_TRACKIO_PROJECT} to the Trackio project to log "

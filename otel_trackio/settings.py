@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -196,8 +197,10 @@ class TrackioSettings:
         token_decoder: turns token id lists on spans into text (on the export thread).
         token_id_attributes: which span attributes hold token ids, and the side each fills.
         offload: the span exporter only turns spans into compact records and spools them; a
-            writer process it starts converts them and logs them to Trackio. None: on for
-            ``configure()`` and the zero-code setup, off for an exporter built by hand.
+            writer process it starts converts them and logs them to Trackio. None (the
+            default): the ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable, else on — for
+            ``configure()``, the zero-code setup and an exporter built by hand alike (see
+            :func:`with_offload_default`).
         spool_dir: where spools live (default: ``otel-trackio-spool`` in the Trackio folder).
         spool_max_mb: the bound of one spool on disk; past it ``export()`` returns FAILURE (the
             receiver answers 503 with ``Retry-After``).
@@ -324,6 +327,32 @@ def split_options(
     extra = {k: v for k, v in options.items() if k not in SETTING_NAMES}
     init = {**base.trackio_init, **dict(options.get("trackio_init") or {}), **extra}
     return dataclasses.replace(base, **known, trackio_init=init)
+
+
+def with_offload_default(settings: TrackioSettings) -> TrackioSettings:
+    """``settings`` with ``offload`` decided: as given; when None, the
+    ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable; else on.
+
+    On by default everywhere because that is what keeps the rollout cheap: in the asyncio
+    agent-loop benchmark (``bench/bench_asyncio.py``) the in-process exporter adds ~140-280 µs of
+    rollout-process CPU per span (conversion and Trackio writes on the export thread), the
+    offloading one ~15 µs. A malformed variable is warned about and taken as unset.
+    """
+    if settings.offload is not None:
+        return settings
+    raw = os.environ.get(env.OTEL_EXPORTER_TRACKIO_OFFLOAD, "").strip()
+    offload = True
+    if raw:
+        try:
+            offload = bool(_OPTIONAL_BOOL.parse(raw))
+        except ValueError:
+            logging.getLogger("otel_trackio").warning(
+                "otel-trackio: %s=%r: %s; offloading",
+                env.OTEL_EXPORTER_TRACKIO_OFFLOAD,
+                raw,
+                _OPTIONAL_BOOL.expected,
+            )
+    return dataclasses.replace(settings, offload=offload)
 
 
 def settings_for(

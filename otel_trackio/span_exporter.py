@@ -24,7 +24,12 @@ from otel_trackio._engine.pipeline import (
 )
 from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote
 from otel_trackio._offload.client import OffloadClient, portable
-from otel_trackio.settings import TrackioSettings, activate, settings_for
+from otel_trackio.settings import (
+    TrackioSettings,
+    activate,
+    settings_for,
+    with_offload_default,
+)
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -59,14 +64,15 @@ class TrackioSpanExporter(SpanExporter):
         settings: TrackioSettings | None = None,
         **options: Any,
     ) -> None:
-        settings = settings_for(project, name, settings, options)
+        asked = settings_for(project, name, settings, options)
+        settings = with_offload_default(asked)
         self.settings = settings
         activate(settings)
         sink = TrackioSink(
             settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
         )
         self._offload: OffloadClient | None = None
-        if settings.offload:  # None (the default) is off here; configure() turns it on
+        if settings.offload:
             why_not = portable(settings)
             if (
                 why_not is None
@@ -76,9 +82,11 @@ class TrackioSpanExporter(SpanExporter):
                 why_not = "the run logs to a Trackio server that the settings do not name"
             if why_not is None:
                 self._offload = OffloadClient(settings, sink)
-            else:
-                _logger.warning(
-                    "otel-trackio: offload=True ignored, exporting in process: %s", why_not
+            else:  # a warning when asked for; by default, in process is the answer
+                _logger.log(
+                    logging.WARNING if asked.offload else logging.INFO,
+                    "otel-trackio: offload=True ignored, exporting in process: %s",
+                    why_not,
                 )
         self._pipeline = TracePipeline(
             settings, sink, grace_seconds=grace_seconds(settings, receiver=False)

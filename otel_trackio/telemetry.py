@@ -11,7 +11,6 @@ exporter: the same project and run return the existing handle, a different one r
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -43,7 +42,12 @@ from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
 from otel_trackio.sampling import step_sampler
-from otel_trackio.settings import TrackioSettings, activate, settings_for
+from otel_trackio.settings import (
+    TrackioSettings,
+    activate,
+    settings_for,
+    with_offload_default,
+)
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import TrackioSpanProcessor
 
@@ -456,8 +460,7 @@ def configure(
     """
     global _installed, _active
     chosen = settings_for(project, name, settings, options)
-    if chosen.offload is None:  # configure() offloads unless told not to (see the README)
-        chosen = dataclasses.replace(chosen, offload=True)
+    chosen = with_offload_default(chosen)  # on unless told not to (see the README)
     request = _Request(chosen, run, metrics, logs)
     with _lock:
         previous = _active
