@@ -20,7 +20,7 @@ Per round each arm's loop-lag p99 and wall time are divided by the same round's 
 figures are the medians of those ratios (robust to a busy machine: a neighbour's burst hits one
 round, not the median). CPU per span is the rollout process's own CPU time
 (``time.process_time()``: every thread of this process, never the writer process's) from the first
-span to the processor's queue being exported, minus the ``noop`` arm's, over the spans; the
+span to every sample being logged (``force_flush``), minus the ``noop`` arm's, over the spans; the
 exporter's own counters play no part. Every arm's samples are counted in Trackio's storage after
 its shutdown. The last line printed is the summary.
 """
@@ -190,7 +190,13 @@ def run_arm(arm: str) -> dict[str, Any]:
     lags = asyncio.run(_rollout(tracer, STEPS, messages))
     wall = time.perf_counter() - wall0
     with w.quiet_stdout():
-        provider.force_flush(600_000)  # the processor's queue exported (not the writer's work)
+        provider.force_flush(600_000)  # the processor's queue exported
+        # Every sample logged: in process that is this process's work (held samples included);
+        # offloaded, the writer's (this process only polls its checkpoint meanwhile).
+        if handle is not None:
+            handle.force_flush(600_000)
+        elif exporter is not None:
+            exporter.force_flush(600_000)
     cpu = time.process_time() - cpu0
     with w.quiet_stdout():
         if handle is not None:
