@@ -1,9 +1,13 @@
-# Every target creates .venv with `python3 -m venv` when missing and installs the project
-# (editable) with what it needs, so `make demo` and `make test` work on a fresh machine.
+# Every target creates .venv with `python3 -m venv` when missing and installs into it what that
+# target needs, so `make demo` and `make test` work on a fresh machine, in either order:
+#   make demo  -> the plain install (`pip install -e .`: OpenTelemetry SDK, Trackio, orjson)
+#   make test  -> the test toolchain (`pip install -e ".[test]"`) and the two side folders below
+# Each install has its own stamp in the one .venv; the test install includes the demo's.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
 # OpenLLMetry 0.62 (OTel JSON form) beside the 0.40 of the test extra (flattened form): the same
 # distribution, so it goes in its own folder, put on the path only by tests/test_instrumentations.py.
 OPENLLMETRY_JSON := opentelemetry-instrumentation-openai==0.62.4 opentelemetry-semantic-conventions-ai==0.5.1
@@ -13,25 +17,35 @@ OPENAI_V2_EVENTS := opentelemetry-instrumentation-openai-v2==2.3b0 wrapt==1.17.3
 
 .PHONY: venv demo test lint bench clean
 
-$(STAMP): pyproject.toml Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+
+$(DEMO_STAMP): pyproject.toml Makefile | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/openllmetry-0.62 $(OPENLLMETRY_JSON)
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/openai-v2-2.3 $(OPENAI_V2_EVENTS)
-	touch $(STAMP)
+	touch $@ $(DEMO_STAMP)
 
-venv: $(STAMP)
+venv: $(TEST_STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) examples/rollout_demo.py
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+lint: $(TEST_STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py
 
 clean:

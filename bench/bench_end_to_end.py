@@ -42,9 +42,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_trackio import TrackioSpanExporter
+from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.convert import sample_to_trace
-from otel_trackio._core.records import record_from_readable_span
 
 PROJECT = "bench-e2e"
 KEY = "rollout/traces"

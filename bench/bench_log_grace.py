@@ -29,7 +29,7 @@ os.environ.setdefault("TRACKIO_DISABLE_TELEMETRY", "1")
 from opentelemetry import _logs, trace
 
 import otel_trackio
-from otel_trackio._engine.pipeline import LOG_GRACE_SECONDS
+from otel_trackio._engine.grace import LOG_GRACE_SECONDS
 
 
 def workload(samples: int, latency: float) -> None:

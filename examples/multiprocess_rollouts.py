@@ -6,6 +6,9 @@ exporters (``opentelemetry-exporter-otlp-proto-http``) pointed at the receiver, 
 rollouts with ``step`` and ``sample_index`` on the rollout span. Every sample of every worker ends
 up as one Trace in the same run, and the workers' reward histograms as scalars next to them.
 
+Needs the ``receiver`` extra (the receiver, and the official OTLP/HTTP exporter the workers use):
+``pip install '.[receiver]'`` from a clone.
+
     python examples/multiprocess_rollouts.py [--project NAME] [--name RUN] [--workers 4]
 
 The same workers could run on other machines: start ``otel-trackio serve --project NAME --host
@@ -19,6 +22,11 @@ import argparse
 import json
 import multiprocessing
 import random
+import sys
+
+from _show import show_command
+
+from otel_trackio.receiver import missing_extra
 
 STEPS = 3
 
@@ -99,7 +107,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     args = parser.parse_args()
 
-    from otel_trackio.receiver import OTLPReceiver
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401  (the workers' exporter)
+
+        from otel_trackio.receiver import OTLPReceiver
+    except ModuleNotFoundError as exc:
+        sys.exit(f"examples/multiprocess_rollouts.py {missing_extra(exc)}")
 
     receiver = OTLPReceiver(
         args.project, args.name, port=args.port, report=print, summary_interval=2
@@ -119,7 +132,7 @@ def main() -> None:
     print(f"{args.workers} workers sent {expected} samples into run {receiver.run_name!r}.")
     if failed:
         raise SystemExit(f"{len(failed)} workers failed (exit codes {failed})")
-    print(f'Open the dashboard with: trackio show --project "{args.project}"  (Traces tab)')
+    print(f"Look at them with:\n    {show_command(args.project)}\n(Traces and Metrics pages)")
 
 
 if __name__ == "__main__":

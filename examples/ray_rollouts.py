@@ -2,7 +2,8 @@
 
 The driver starts the OTLP receiver (what ``otel-trackio serve`` runs); each Ray actor sets up the
 official OTLP/HTTP exporters pointed at it and traces its rollouts with ``step`` and
-``sample_index``. Needs Ray: ``pip install 'otel-trackio[ray]'``.
+``sample_index``. Needs the ``ray`` extra (Ray, the receiver and the official OTLP/HTTP
+exporter): ``pip install '.[ray]'`` from a clone.
 
     python examples/ray_rollouts.py [--project NAME] [--workers 4] [--num-cpus 4]
 
@@ -42,14 +43,17 @@ import os
 import random
 import sys
 
+from _show import show_command
+
+from otel_trackio.receiver import missing_extra
+
 try:
+    import opentelemetry.exporter.otlp.proto.http  # noqa: F401  (the actors' exporter)
     import ray
-except ImportError:
-    sys.exit(
-        "examples/ray_rollouts.py needs Ray, which is not installed.\n"
-        "Install it with: pip install 'otel-trackio[ray]'   (or: pip install 'ray>=2.9')\n"
-        "Without Ray, examples/multiprocess_rollouts.py shows the same with plain processes."
-    )
+
+    from otel_trackio.receiver import OTLPReceiver, is_loopback
+except ModuleNotFoundError as exc:  # without Ray, examples/multiprocess_rollouts.py shows the same
+    sys.exit(f"examples/ray_rollouts.py {missing_extra(exc, 'ray')}")
 
 STEPS = 3
 
@@ -144,8 +148,6 @@ def main() -> None:
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray")
     args = parser.parse_args()
 
-    from otel_trackio.receiver import OTLPReceiver, is_loopback
-
     receiver = OTLPReceiver(
         args.project, args.name, host=args.host, port=args.port, token=args.token, report=print
     ).start()
@@ -165,7 +167,7 @@ def main() -> None:
     finally:
         ray.shutdown()
         receiver.stop()
-    print(f'Open the dashboard with: trackio show --project "{args.project}"  (Traces tab)')
+    print(f"Look at them with:\n    {show_command(args.project)}\n(Traces and Metrics pages)")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ the Metrics page's plots.
 In the last step the calculator hangs for one sample (a stuck sandbox): the trainer does not
 wait for it, and the end-of-step flush logs what that sample did so far as a *partial* Trace.
 
+Needs only the plain install (``pip install .`` from a clone; ``make demo`` sets it up and runs
+this script).
+
     python examples/rollout_demo.py [--project NAME] [--name RUN]
 
 It ends by printing the ``trackio show`` command; open the Traces page (and Metrics).

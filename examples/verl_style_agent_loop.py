@@ -17,6 +17,8 @@ What verl's ``rollout_trace_attr`` / ``rollout_trace_op`` / ``max_samples_per_st
 * OTel metrics: the reward per step, the response length and the tokens used (Metrics page);
 * validation generations at the end (``log_generations``), like verl's ``log_val_generations``.
 
+Needs only the plain install (``pip install .`` from a clone).
+
     python examples/verl_style_agent_loop.py [--project NAME] [--name RUN] [--temp]
 
 ``--temp`` writes into a fresh temporary Trackio folder instead of your usual one (unless

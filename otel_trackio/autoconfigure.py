@@ -31,25 +31,22 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
-from otel_trackio._engine.pipeline import ExportStats
+from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
+from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike
+from otel_trackio._engine.stats import ExportStats
 from otel_trackio.environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
     OTEL_EXPORTER_TRACKIO_PROJECT,
 )
-from otel_trackio.log_exporter import (
-    LogExportStats,
-    LogRecordExporter,
-    LogRecordExportResult,
-    TrackioLogExporter,
-)
+from otel_trackio.log_exporter import LogExportStats, TrackioLogExporter
 from otel_trackio.metric_exporter import (
     DEFAULT_TEMPORALITY,
     MetricExportStats,
     TrackioMetricExporter,
 )
 from otel_trackio.sampling import step_sampler
-from otel_trackio.settings import TrackioConfigError, TrackioSettings, with_offload_default
+from otel_trackio.settings import TrackioConfigError, TrackioSettings
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import OpenSampleTracker
 
@@ -72,7 +69,7 @@ def settings_from_env(
     ``OTEL_EXPORTER_TRACKIO_PROJECT`` when it is unset and ``require_project`` is true.
     """
     settings = TrackioSettings.from_env(environ, **overrides)
-    settings = with_offload_default(settings)  # on unless told not to (see the README)
+    settings = with_offload_resolved(settings)  # on unless told not to
     if require_project and settings.project is None:
         raise TrackioConfigError(
             f"otel-trackio: set {OTEL_EXPORTER_TRACKIO_PROJECT} to the Trackio project to log "

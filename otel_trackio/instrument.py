@@ -31,7 +31,7 @@ from otel_trackio._core.values import MAX_ITEMS, MAX_STRING_CHARS, cut_text, jso
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio.settings import active_settings
 
-__all__ = ["MAX_STRING_CHARS", "json_safe", "rollout", "traced"]
+__all__ = ["MAX_STRING_CHARS", "rollout", "traced"]
 
 _SCOPE = "otel_trackio"
 

@@ -18,35 +18,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
-except ImportError:  # opentelemetry-sdk before 1.39 named them LogExporter, LogExportResult
-    from opentelemetry.sdk._logs.export import LogExporter as LogRecordExporter
-    from opentelemetry.sdk._logs.export import (  # type: ignore[assignment]
-        LogExportResult as LogRecordExportResult,
-    )
-
-from otel_trackio._core.records import LogEventRecord, record_from_readable_log
-from otel_trackio._engine.pipeline import (
-    LOG_GRACE_SECONDS,
-    EventIntake,
-    TracePipeline,
-    find_intake,
-    grace_seconds,
+from otel_trackio._codec.sdk import (
+    LogRecordExporter,
+    LogRecordExportResult,
+    record_from_readable_log,
 )
-from otel_trackio._engine.sink import TrackioSink
+from otel_trackio._core.records import LogEventRecord
+from otel_trackio._engine.intake import EventIntake, find_intake
+from otel_trackio._engine.run import RunEngine, build_run_engine
 from otel_trackio._engine.warn import Warnings
 from otel_trackio.settings import TrackioSettings, settings_for
 from otel_trackio.span_exporter import TrackioSpanExporter
 
 _logger = logging.getLogger("otel_trackio")
 
-__all__ = [
-    "LogExportStats",
-    "LogRecordExportResult",
-    "LogRecordExporter",
-    "TrackioLogExporter",
-]
+__all__ = ["LogExportStats", "TrackioLogExporter"]
 
 
 @dataclass(slots=True)
@@ -79,8 +65,8 @@ class TrackioLogExporter(LogRecordExporter):
             none, the events are logged on their own pipeline, as partial Traces of placeholder
             spans (with a warning). ``options`` are settings by name or ``trackio.init`` keywords.
 
-    A pipeline fed by a log exporter holds each completed sample :data:`LOG_GRACE_SECONDS`
-    (unless ``sample_grace_seconds`` is set) so that events exported after their sample's root
+    A pipeline fed by a log exporter holds each completed sample 2 s (``LOG_GRACE_SECONDS``,
+    unless ``sample_grace_seconds`` is set) so that events exported after their sample's root
     still join it.
     """
 
@@ -97,7 +83,7 @@ class TrackioLogExporter(LogRecordExporter):
         self._lock = threading.Lock()
         self._closed = False
         self._fixed = span_exporter is not None
-        self._own: TracePipeline | None = None
+        self._own: RunEngine | None = None
         self._warn = Warnings()
         self._pipeline: EventIntake | None
         if span_exporter is not None:
@@ -150,7 +136,7 @@ class TrackioLogExporter(LogRecordExporter):
             self._closed = True
             own = self._own
         if own is not None:
-            own.close(max(0.0, timeout_millis / 1000))
+            own.shutdown(max(0.0, timeout_millis / 1000))
 
     # -- where the events go ------------------------------------------------------------------
 
@@ -166,22 +152,21 @@ class TrackioLogExporter(LogRecordExporter):
             pipeline = self._pipeline
             if pipeline is not None and (self._fixed or not pipeline.closed):
                 return pipeline
-            pipeline = self._own or self._find()
+            pipeline = self._own.spans if self._own is not None else self._find()
             if pipeline is None:
-                pipeline = self._own = contextvars.Context().run(self._own_pipeline)
+                self._own = contextvars.Context().run(self._own_engine)
+                pipeline = self._own.spans
             self._pipeline = pipeline
             return pipeline
 
-    def _own_pipeline(self) -> TracePipeline:
+    def _own_engine(self) -> RunEngine:
         settings = self.settings
         self._warn(
             "alone",
             f"no TrackioSpanExporter for project {settings.project!r}, run {settings.name!r} in "
             "this process: GenAI log events are logged without their spans (partial Traces)",
         )
-        sink = TrackioSink(settings.project, settings.name, init_kwargs=settings.init_kwargs)
-        grace = max(grace_seconds(settings, receiver=False), LOG_GRACE_SECONDS)
-        return TracePipeline(settings, sink, grace_seconds=grace)
+        return build_run_engine(settings, log_events=True)
 
     def _count_skipped(self, reason: str) -> None:
         if reason == "no_span":

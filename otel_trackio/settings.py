@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -189,8 +188,8 @@ class TrackioSettings:
         sample_ttl_seconds: a trace idle this long is logged as partial.
         sample_grace_seconds: how long a completed sample waits for spans and GenAI log events of
             it arriving after its root (None: 0 in process, where children always come first,
-            2 s once a log exporter feeds the pipeline; 5 s in the OTLP receiver, where batches
-            from several processes and Collectors arrive in any order).
+            2 s once a log exporter feeds the pipeline; in the OTLP receiver 0.5 s until the
+            run shows spans trailing their root — several processes, a Collector — then 5 s).
         max_buffered_spans: past this many waiting spans (and log events waiting for their
             span) the oldest samples go out as partial.
         max_value_chars: longer strings are cut with a visible marker.
@@ -199,8 +198,7 @@ class TrackioSettings:
         offload: the span exporter only turns spans into compact records and spools them; a
             writer process it starts converts them and logs them to Trackio. None (the
             default): the ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable, else on — for
-            ``configure()``, the zero-code setup and an exporter built by hand alike (see
-            :func:`with_offload_default`).
+            ``configure()``, the zero-code setup and an exporter built by hand alike.
         spool_dir: where spools live (default: ``otel-trackio-spool`` in the Trackio folder).
         spool_max_mb: the bound of one spool on disk; past it ``export()`` returns FAILURE (the
             receiver answers 503 with ``Retry-After``).
@@ -329,32 +327,6 @@ def split_options(
     return dataclasses.replace(base, **known, trackio_init=init)
 
 
-def with_offload_default(settings: TrackioSettings) -> TrackioSettings:
-    """``settings`` with ``offload`` decided: as given; when None, the
-    ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable; else on.
-
-    On by default everywhere because that is what keeps the rollout cheap: in the asyncio
-    agent-loop benchmark (``bench/bench_asyncio.py``) the in-process exporter adds ~140-280 µs of
-    rollout-process CPU per span (conversion and Trackio writes on the export thread), the
-    offloading one ~15 µs. A malformed variable is warned about and taken as unset.
-    """
-    if settings.offload is not None:
-        return settings
-    raw = os.environ.get(env.OTEL_EXPORTER_TRACKIO_OFFLOAD, "").strip()
-    offload = True
-    if raw:
-        try:
-            offload = bool(_OPTIONAL_BOOL.parse(raw))
-        except ValueError:
-            logging.getLogger("otel_trackio").warning(
-                "otel-trackio: %s=%r: %s; offloading",
-                env.OTEL_EXPORTER_TRACKIO_OFFLOAD,
-                raw,
-                _OPTIONAL_BOOL.expected,
-            )
-    return dataclasses.replace(settings, offload=offload)
-
-
 def settings_for(
     project: str | None,
     name: str | None,
@@ -371,11 +343,6 @@ def settings_for(
     return chosen
 
 
-def environment_variables() -> dict[str, str]:
-    """``{setting name: environment variable}`` for every setting that has one."""
-    return {f.name: f.metadata["env"] for f in fields(TrackioSettings) if f.metadata.get("env")}
-
-
 # -- the process's active settings (for code that has no exporter at hand) ----------------------
 
 _active: TrackioSettings | None = None
@@ -383,11 +350,20 @@ _from_environment: TrackioSettings | None = None
 
 
 def activate(settings: TrackioSettings) -> None:
-    """Make ``settings`` the process's active ones: ``rollout()`` and a ``StepSampler`` built
-    without attribute names use their ``step_attribute`` / ``sample_attribute``. Every
-    ``TrackioSpanExporter`` and ``configure()`` calls it (the latest one wins)."""
+    """Make ``settings`` the process's active ones: ``rollout()``, ``OpenSampleTracker()`` and a
+    ``StepSampler`` built without attribute names use their ``step_attribute`` /
+    ``sample_attribute``. ``configure()`` calls it (the latest one wins)."""
     global _active
     _active = settings
+
+
+def activate_first(settings: TrackioSettings) -> None:
+    """:func:`activate` ``settings`` unless some are active already: a hand-built
+    ``TrackioSpanExporter`` names the process's attributes when it is the first, and a later
+    one (another run's) never changes what ``rollout()`` and ``OpenSampleTracker()`` read."""
+    global _active
+    if _active is None:
+        _active = settings
 
 
 def active_settings() -> TrackioSettings:

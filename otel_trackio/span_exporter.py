@@ -1,39 +1,46 @@
-"""``TrackioSpanExporter``: OTel spans in, one Trackio Trace per rollout sample out.
-
-The data path, one stage per module: ``export()`` → span records (:mod:`._records`) → samples
-with their identity and step (:mod:`._assembly`) → Trace dicts (:mod:`._convert`) → one
-``run.log`` per step, written durably (:mod:`._pipeline`, :mod:`._trackio`).
-"""
-
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_trackio._core.records import SpanRecord, record_from_readable_span
-from otel_trackio._engine.pipeline import (
-    EventIntake,
-    ExportStats,
-    TracePipeline,
-    grace_seconds,
-    register_intake,
-)
+from otel_trackio._codec.sdk import record_from_readable_span
+from otel_trackio._core.records import SpanRecord
+from otel_trackio._engine.intake import EventIntake, register_intake
+from otel_trackio._engine.pipeline import TracePipeline
+from otel_trackio._engine.run import RunEngine, build_run_engine, with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote
+from otel_trackio._engine.stats import ExportStats
 from otel_trackio._offload.client import OffloadClient, portable
-from otel_trackio.settings import (
-    TrackioSettings,
-    activate,
-    settings_for,
-    with_offload_default,
-)
+from otel_trackio.settings import TrackioSettings, activate_first, settings_for
 
 _logger = logging.getLogger("otel_trackio")
 
-__all__ = ["ExportStats", "TrackioSpanExporter"]
+__all__ = ["ExportStats", "Offload", "TrackioSpanExporter"]
+
+
+class Offload(Protocol):
+    """What an offloading exporter shows of its spool and writer process (see
+    :attr:`TrackioSpanExporter.offloaded`)."""
+
+    @property
+    def path(self) -> Path:
+        """This process's spool directory."""
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's pid."""
+
+    @property
+    def writer_starts(self) -> int:
+        """How many times a writer process was started (restarts after a crash included)."""
+
+    def backlog(self) -> int:
+        """Bytes spooled but not handed to the writer's pipeline yet."""
 
 
 class TrackioSpanExporter(SpanExporter):
@@ -65,40 +72,38 @@ class TrackioSpanExporter(SpanExporter):
         **options: Any,
     ) -> None:
         asked = settings_for(project, name, settings, options)
-        settings = with_offload_default(asked)
+        settings = with_offload_resolved(asked)
         self.settings = settings
-        activate(settings)
-        sink = TrackioSink(
+        activate_first(settings)
+        self._closed = False
+        self._offload: OffloadClient | None = None
+        self._engine: RunEngine | None = None
+        # In process: the run engine's span pipeline; with offload: None (the writer has it).
+        self._pipeline: TracePipeline | None = None
+        self._sink = TrackioSink(
             settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
         )
-        self._offload: OffloadClient | None = None
         if settings.offload:
-            why_not = portable(settings)
-            if (
-                why_not is None
-                and is_remote(sink.run)
-                and not (settings.server_url or settings.space_id)
-            ):
-                why_not = "the run logs to a Trackio server that the settings do not name"
+            why_not = _why_not_offload(settings, self._sink)
             if why_not is None:
-                self._offload = OffloadClient(settings, sink)
+                self._offload = OffloadClient(settings, self._sink)
             else:  # a warning when asked for; by default, in process is the answer
                 _logger.log(
                     logging.WARNING if asked.offload else logging.INFO,
                     "otel-trackio: offload=True ignored, exporting in process: %s",
                     why_not,
                 )
-        self._pipeline = TracePipeline(
-            settings, sink, grace_seconds=grace_seconds(settings, receiver=False)
-        )
+        if self._offload is None:
+            self._engine = build_run_engine(settings, sink=self._sink)
+            self._pipeline = self._engine.spans
         # A TrackioLogExporter of the same project and run finds where to send GenAI events.
         register_intake(self.event_intake, settings.project, settings.name)
-        register_intake(self.event_intake, sink.project, sink.run_name)
+        register_intake(self.event_intake, self._sink.project, self._sink.run_name)
 
     @property
     def run(self) -> RunLike:
         """The ``trackio.Run`` this exporter logs into."""
-        return self._pipeline.sink.run
+        return self._sink.run
 
     @property
     def key(self) -> str:
@@ -111,23 +116,27 @@ class TrackioSpanExporter(SpanExporter):
         of the writer process's last checkpoint."""
         if self._offload is not None:
             return self._offload.stats()
-        return self._pipeline.stats
+        assert self._engine is not None
+        return self._engine.stats
 
     @property
     def event_intake(self) -> EventIntake:
         """Where GenAI log events joining this exporter's samples go (see
         :class:`~otel_trackio.TrackioLogExporter`): the pipeline, or with offload the spool."""
-        return self._offload if self._offload is not None else self._pipeline
+        if self._offload is not None:
+            return self._offload
+        assert self._pipeline is not None
+        return self._pipeline
 
     @property
-    def offloaded(self) -> OffloadClient | None:
+    def offloaded(self) -> Offload | None:
         """The spool and writer process when ``offload=True`` took effect, else None."""
         return self._offload
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Buffer the spans and log every sample they complete, durably (with ``offload``:
         append them to the spool). Never raises."""
-        if self._pipeline.closed:
+        if self._closed:
             return SpanExportResult.FAILURE
         if self._offload is not None:
             try:
@@ -139,23 +148,28 @@ class TrackioSpanExporter(SpanExporter):
         try:
             records = [record_from_readable_span(s) for s in spans]
         except Exception as exc:  # noqa: BLE001 - export() must never raise
-            self._pipeline.stats.failed_exports += 1
+            self.stats.failed_exports += 1
             _logger.warning("otel-trackio: could not read %d spans: %r", len(spans), exc)
             return SpanExportResult.FAILURE
-        return self.export_records(records)
+        return self._export_records(records)
 
-    def export_records(
+    def _export_records(
         self, records: Iterable[SpanRecord], timeout_seconds: float = 30.0
     ) -> SpanExportResult:
-        """Like ``export`` for span records already decoded (from OTLP, a spool, a test)."""
+        """Like ``export`` for span records already decoded (tests feed the pipeline directly)."""
+        if self._closed or self._pipeline is None:
+            return SpanExportResult.FAILURE
         ok = self._pipeline.add(records, timeout_seconds)
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Log every open sample now, as partial; True once all is durable in Trackio. False when
         that failed or timed out."""
+        if self._closed:
+            return False
         if self._offload is not None:
-            return not self._pipeline.closed and self._offload.force_flush(timeout_millis / 1000)
+            return self._offload.force_flush(timeout_millis / 1000)
+        assert self._pipeline is not None
         return self._pipeline.flush(max(0.0, timeout_millis / 1000))
 
     def shutdown(self, timeout_millis: int = 30000, **kwargs: Any) -> None:
@@ -164,6 +178,22 @@ class TrackioSpanExporter(SpanExporter):
         Idempotent; waits at most ``timeout_millis`` for an export in progress (with offload:
         for the writer to drain; what it did not drain stays spooled for the next start).
         """
-        if self._offload is not None and not self._pipeline.closed:
-            self._offload.shutdown(max(0.0, timeout_millis / 1000))
-        self._pipeline.close(max(0.0, timeout_millis / 1000))
+        if self._closed:
+            return
+        self._closed = True
+        timeout = max(0.0, timeout_millis / 1000)
+        if self._offload is not None:
+            try:
+                self._offload.shutdown(timeout)
+            finally:
+                self._sink.release()
+        elif self._engine is not None:
+            self._engine.shutdown(timeout)
+
+
+def _why_not_offload(settings: TrackioSettings, sink: TrackioSink) -> str | None:
+    """Why spans cannot go to a writer process (None when they can)."""
+    why_not = portable(settings)
+    if why_not is None and is_remote(sink.run) and not (settings.server_url or settings.space_id):
+        why_not = "the run logs to a Trackio server that the settings do not name"
+    return why_not

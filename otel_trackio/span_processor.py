@@ -23,7 +23,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from otel_trackio._core.sdk_span import attributes_view
+from otel_trackio._codec.sdk import attributes_view
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio.settings import active_settings
 from otel_trackio.span_exporter import TrackioSpanExporter

@@ -38,16 +38,12 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
+from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
 from otel_trackio.sampling import step_sampler
-from otel_trackio.settings import (
-    TrackioSettings,
-    activate,
-    settings_for,
-    with_offload_default,
-)
+from otel_trackio.settings import TrackioSettings, activate, settings_for
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import TrackioSpanProcessor
 
@@ -460,7 +456,7 @@ def configure(
     """
     global _installed, _active
     chosen = settings_for(project, name, settings, options)
-    chosen = with_offload_default(chosen)  # on unless told not to (see the README)
+    chosen = with_offload_resolved(chosen)  # on unless told not to (see the README)
     request = _Request(chosen, run, metrics, logs)
     with _lock:
         previous = _active

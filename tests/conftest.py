@@ -53,6 +53,17 @@ def _isolate_global_state():
 
 
 @pytest.fixture
+def tracer_provider():
+    """An SDK ``TracerProvider`` (not the global one), shut down at the end of the test. Add the
+    processor under test: ``tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))``."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    provider = TracerProvider()
+    yield provider
+    provider.shutdown()
+
+
+@pytest.fixture
 def start_receiver(project):
     """Start receivers on free ports; every one is stopped at the end of the test."""
     from otel_trackio.receiver import OTLPReceiver

@@ -63,6 +63,7 @@ def test_multiprocess_example_gives_one_run_for_all_workers(project, trackio_dir
         "4",
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"TRACKIO_DIR={trackio_dir} " in result.stdout  # the show command names the folder
     _check_one_run(project, "mp", workers=3, per_step=4)
 
 
@@ -83,6 +84,7 @@ def test_ray_example_with_a_real_local_ray(project, trackio_dir):
         "2",
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"TRACKIO_DIR={trackio_dir} " in result.stdout  # the show command names the folder
     _check_one_run(project, "ray", workers=2, per_step=4)
 
 

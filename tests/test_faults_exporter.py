@@ -69,12 +69,12 @@ def test_log_raising_returns_failure_and_says_how_many_samples_were_lost(project
     exporter = TrackioSpanExporter(run=flaky)
     caplog.set_level(logging.WARNING, logger="otel_trackio")
     tally.tried("exporter", 5)
-    failed = exporter.export_records([s for i in range(3) for s in _sample(1, i)])
+    failed = exporter._export_records([s for i in range(3) for s in _sample(1, i)])
     assert failed is R.FAILURE
     assert exporter.stats.samples_lost == 3
     assert "3 samples lost" in caplog.text and "No space left" in caplog.text
     flaky.failing = False
-    ok = exporter.export_records([s for i in range(2) for s in _sample(2, i)])
+    ok = exporter._export_records([s for i in range(2) for s in _sample(2, i)])
     assert ok is R.SUCCESS
     exporter.shutdown()
     trackio.finish()
@@ -129,7 +129,7 @@ def test_shutdown_racing_an_export_waits_at_most_its_timeout(project, caplog):
     caplog.set_level(logging.WARNING, logger="otel_trackio")
     results: list[R] = []
     exporting = threading.Thread(
-        target=lambda: results.append(exporter.export_records(_sample(0, 0)))
+        target=lambda: results.append(exporter._export_records(_sample(0, 0)))
     )
     exporting.start()
     assert blocking.entered.wait(HANG_GUARD)
@@ -140,7 +140,7 @@ def test_shutdown_racing_an_export_waits_at_most_its_timeout(project, caplog):
     closer.start()
     closer.join(HANG_GUARD)
     assert not closer.is_alive()  # returned although the export still holds the lock
-    assert exporter.export_records([exporter_open]) is R.FAILURE  # after shutdown
+    assert exporter._export_records([exporter_open]) is R.FAILURE  # after shutdown
     assert "shutdown timed out" in caplog.text
     blocking.release.set()
     exporting.join(HANG_GUARD)
@@ -201,10 +201,10 @@ CHILD = textwrap.dedent(
         attrs = {"step": step, "sample_index": 0, "output.value": "x" * size}
         return [SpanRecord(step + 1, 1, "s", 0, 1, attributes=attrs)]
 
-    first = exporter.export_records(sample(0, 10)).name
+    first = exporter._export_records(sample(0, 10)).name
     if mode == "ro":
         subprocess.run(["mount", "-o", "remount,ro", folder], check=True)
-    results = [exporter.export_records(sample(s, 60_000)).name for s in range(1, 40)]
+    results = [exporter._export_records(sample(s, 60_000)).name for s in range(1, 40)]
     flushed = exporter.force_flush()
     exporter.shutdown()
     print(json.dumps({"first": first, "results": results, "flushed": flushed,

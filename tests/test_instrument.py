@@ -26,7 +26,8 @@ from otel_trackio import (
     rollout,
     traced,
 )
-from otel_trackio.instrument import MAX_STRING_CHARS, json_safe
+from otel_trackio._core.values import json_safe
+from otel_trackio.instrument import MAX_STRING_CHARS
 
 
 def _memory_provider(sampler=None):

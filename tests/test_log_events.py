@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 from otel_trackio import TrackioLogExporter, TrackioSpanExporter
 from otel_trackio._core.assembly import PLACEHOLDER_ATTRIBUTE, PLACEHOLDER_NAME
-from otel_trackio._engine.pipeline import LOG_GRACE_SECONDS
+from otel_trackio._engine.grace import LOG_GRACE_SECONDS
 
 CHAT = {"gen_ai.operation.name": "chat"}
 

@@ -448,7 +448,7 @@ def test_end_to_end_every_span_is_read_back(spans, cuts):
     tally.tried("end-to-end")
     exporter = TrackioSpanExporter(project, name="fuzz", max_value_chars=4096)
     try:
-        results = [exporter.export_records(batch) for batch in _split(spans, cuts)]
+        results = [exporter._export_records(batch) for batch in _split(spans, cuts)]
         exporter.shutdown()
     except Exception:
         tally.crashed("end-to-end")
@@ -471,7 +471,7 @@ def test_extreme_steps_end_to_end(step, project):
     tally.tried("end-to-end")
     exporter = TrackioSpanExporter(project, name="steps")
     record = SpanRecord(1, 2, "root", 0, 10, attributes={"step": step, "sample_index": 0})
-    result = exporter.export_records([record])
+    result = exporter._export_records([record])
     exporter.shutdown()
     samples, stored_spans = _stored_span_count(project, "steps")
     tally.lost("end-to-end", 1 - samples)

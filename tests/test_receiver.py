@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_trackio.receiver import OTLPReceiver, is_loopback
 from otel_trackio.receiver._decode import RequestError, decompress, parse_request
-from otel_trackio.receiver._routing import Summary
+from otel_trackio.receiver._summary import Summary
 from otel_trackio.receiver.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The fast reader of SDK spans (``_core/sdk_span``) gives what the public API gives."""
+"""The fast reader of SDK spans (``_codec/sdk.span_row``) gives what the public API gives."""
 
 from __future__ import annotations
 
@@ -18,9 +18,13 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
-from otel_trackio._core.records import record_from_readable_span
-from otel_trackio._core.sdk_span import attributes_view, public_span_row, span_row
-from otel_trackio._spool import codec
+from otel_trackio._codec import spool as codec
+from otel_trackio._codec.sdk import (
+    attributes_view,
+    public_span_row,
+    record_from_readable_span,
+    span_row,
+)
 
 
 def _spans() -> list[ReadableSpan]:

@@ -1,11 +1,12 @@
-"""TrackioSettings: one place for every setting; the README table, the environment and the code
-agree, and every consumer honours the names it sets."""
+"""TrackioSettings: one place for every setting; the table of docs/configuration.md, the
+environment and the code agree, and every consumer honours the names it sets."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -23,14 +24,21 @@ from otel_trackio import (
     rollout,
 )
 from otel_trackio._engine import sink as trackio_door
-from otel_trackio.settings import environment_variables as settings_variables
+
+
+def settings_variables() -> dict[str, str]:
+    """``{setting name: environment variable}`` for every setting that has one."""
+    return {f.name: f.metadata["env"] for f in fields(TrackioSettings) if f.metadata.get("env")}
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+CONFIGURATION_PAGE = ROOT / "docs" / "configuration.md"
+
+
 def _configuration_rows() -> list[list[str]]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    text = CONFIGURATION_PAGE.read_text()
+    section = text.split("\n## Settings", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
 
@@ -45,12 +53,12 @@ def _readme_default(value: object) -> str:
     return f"`{value}`"
 
 
-def test_every_setting_with_a_variable_is_in_the_readme_table_with_its_default():
+def test_every_setting_with_a_variable_is_in_the_configuration_table_with_its_default():
     rows = _configuration_rows()
     defaults = TrackioSettings()
     for name, variable in settings_variables().items():
         matching = [r for r in rows if f"`{name}`" in r[0]]
-        assert matching, f"README configuration table has no row for {name}"
+        assert matching, f"docs/configuration.md's settings table has no row for {name}"
         _, env_cell, default_cell = matching[0][:3]
         assert f"`{variable}`" in env_cell, (name, env_cell)
         default = getattr(defaults, name)
@@ -61,9 +69,15 @@ def test_every_setting_with_a_variable_is_in_the_readme_table_with_its_default()
 def test_every_variable_is_declared_once_and_read_by_a_setting():
     declared = {n for n in dir(environment_variables) if n.startswith("OTEL_")}
     assert declared == set(settings_variables().values())
-    readme = (ROOT / "README.md").read_text()
-    mentioned = set(re.findall(r"OTEL_EXPORTER_TRACKIO_[A-Z_]+", readme))
-    assert mentioned <= declared, mentioned - declared
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    mentioned = {
+        (page.name, variable)
+        for page in pages
+        for variable in re.findall(r"OTEL_EXPORTER_TRACKIO_[A-Z_]+", page.read_text())
+    }
+    assert {variable for _, variable in mentioned} <= declared, {
+        m for m in mentioned if m[1] not in declared
+    }
 
 
 def test_from_env_reads_every_kind_and_names_a_bad_variable():
@@ -158,7 +172,7 @@ class _PublicOnlyRun:
 
 def test_a_run_without_trackio_internals_stores_every_sample_and_says_what_is_lost(project, caplog):
     real = trackio.init(project=project, name="public", resume="never")
-    trackio_door._warned.clear()
+    trackio_door._missing.reset()
     exporter = TrackioSpanExporter(run=_PublicOnlyRun(real))
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_trackio import TrackioSpanExporter
-from otel_trackio._spool import codec
+from otel_trackio._codec import spool as codec
 from otel_trackio._spool.segments import (
     SEGMENT_BYTES,
     Checkpoint,

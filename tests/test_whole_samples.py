@@ -29,8 +29,8 @@ from otel_trackio import (
     TrackioSpanExporter,
     TrackioSpanProcessor,
 )
+from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._core.assembly import SampleAssembler
-from otel_trackio._core.records import record_from_readable_span
 from otel_trackio.receiver import OTLPReceiver
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}

@@ -2,7 +2,7 @@
 
 No I/O and no trackio import: :class:`MetricConverter` takes SDK ``MetricsData`` (as produced by a
 ``MetricReader`` or decoded from OTLP) and returns ``{step: {series: value}}``. The exporter in
-``metrics.py`` does the logging.
+:mod:`otel_trackio.metric_exporter` does the logging.
 
 Mapping:
 

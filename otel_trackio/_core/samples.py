@@ -6,8 +6,9 @@ nothing else about a sample's identity.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.values import parse_step
@@ -59,3 +60,36 @@ def resolve_step(own: Any, ancestor: Any, latest: int | None) -> int:
         if step is not None:
             return step
     return latest if latest is not None else 0
+
+
+class StepMemory(Protocol):
+    """Where the latest step comes from (the fallback of :func:`resolve_step`) and goes to."""
+
+    def latest(self) -> int | None:
+        """The latest step, or None when none was seen yet."""
+
+    def note(self, step: int) -> None:
+        """Record a step seen in telemetry (the latest only moves forward)."""
+
+
+class OwnSteps:
+    """A :class:`StepMemory` of one assembler alone (not thread-safe: the pipeline serialises)."""
+
+    def __init__(self) -> None:
+        self._latest: int | None = None
+
+    def latest(self) -> int | None:
+        """The latest step noted, or None."""
+        return self._latest
+
+    def note(self, step: int) -> None:
+        """Record a step; the latest only moves forward."""
+        if self._latest is None or step > self._latest:
+            self._latest = step
+
+
+class OpenSampleLookup(Protocol):
+    """What the assembler reads: the start attributes of an open sample root, if known."""
+
+    def lookup(self, trace_id: int, span_id: int) -> Mapping[str, Any] | None:
+        """The attributes a started, not yet ended sample root was registered with."""

@@ -5,21 +5,15 @@ a full buffer) the root, which carries ``step`` and ``sample_index``, is not the
 sees roots start records their attributes here — ``otel_trackio.rollout()`` and
 :class:`otel_trackio.TrackioSpanProcessor` (every span carrying the sample attribute, started
 with the plain OTel API too) — and removes them when they end, so such partial samples keep their
-identity. The assembler is given a registry to look in (by default :data:`OPEN_SAMPLES`).
+identity. The assembler is given a registry to look in (an
+:class:`~otel_trackio._core.samples.OpenSampleLookup`; by default :data:`OPEN_SAMPLES`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any, Protocol
-
-
-class OpenSampleLookup(Protocol):
-    """What the assembler reads: the start attributes of an open sample root, if known."""
-
-    def lookup(self, trace_id: int, span_id: int) -> Mapping[str, Any] | None:
-        """The attributes a started, not yet ended sample root was registered with."""
+from typing import Any
 
 
 class OpenSampleRegistry:

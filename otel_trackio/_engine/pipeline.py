@@ -14,40 +14,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.convert import TraceDict, bare_trace, sample_to_trace
 from otel_trackio._core.records import LogEventRecord, SpanRecord
-from otel_trackio._core.samples import Sample
+from otel_trackio._core.samples import OpenSampleLookup, Sample, StepMemory
 from otel_trackio._core.values import as_float
 from otel_trackio._engine import steps as _steps
-from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleLookup
+from otel_trackio._engine.grace import GracePolicy
+from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.sink import TrackioSink
+from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
-
-
-@dataclass(slots=True)
-class ExportStats:
-    """Counters of what a span pipeline did, for summaries, tests and the fault tally."""
-
-    spans_received: int = 0
-    log_events_received: int = 0
-    samples_logged: int = 0
-    partial_samples: int = 0
-    log_calls: int = 0
-    failed_exports: int = 0
-    samples_lost: int = 0
-    conversion_errors: int = 0
-    evicted_samples: int = 0
-    already_stored: int = 0
 
 
 def _order_key(value: Any) -> tuple[int, float, str]:
@@ -71,10 +55,11 @@ class TracePipeline:
     Args:
         settings: what to read and how (attribute names, limits, key, decoder).
         sink: the Trackio run to log into.
-        grace_seconds: how long a completed sample waits for spans arriving after its root
-            (the caller resolves ``settings.sample_grace_seconds``: its default depends on the
-            path, see :func:`grace_seconds`).
+        grace: how long a completed sample waits for spans (and log events) arriving after its
+            root (default: the in-process policy of ``settings``, see
+            :class:`~otel_trackio._engine.grace.GracePolicy`).
         open_samples: where the identity of sample roots still open is looked up at a flush.
+        steps: where the latest step is read and noted (default: the assembler's own).
         clock: monotonic seconds (the assembler's and the timer's).
     """
 
@@ -83,14 +68,21 @@ class TracePipeline:
         settings: TrackioSettings,
         sink: TrackioSink,
         *,
-        grace_seconds: float = 0.0,
+        grace: GracePolicy | None = None,
         open_samples: OpenSampleLookup | None = OPEN_SAMPLES,
+        steps: StepMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.sink = sink
+        self.grace = grace if grace is not None else GracePolicy.of(settings)
         self.assembler = SampleAssembler(
-            settings, grace_seconds=grace_seconds, open_samples=open_samples, clock=clock
+            settings,
+            grace_seconds=self.grace.seconds(),
+            quick_grace_seconds=self.grace.quick_seconds(),
+            open_samples=open_samples,
+            steps=steps,
+            clock=clock,
         )
         self.stats = ExportStats()
         self._clock = clock
@@ -143,16 +135,15 @@ class TracePipeline:
         return self._take(list, "log events", timeout_seconds, blocking=blocking)
 
     def expect_log_events(self) -> None:
-        """A log exporter feeds this pipeline too: unless ``sample_grace_seconds`` was set, a
-        completed sample now waits at least :data:`LOG_GRACE_SECONDS` for log events of its
-        spans (they travel through another processor and may come after the root)."""
-        if self.settings.sample_grace_seconds is None:
-            self._lock.acquire()
-            try:
-                grace = self.assembler.grace_seconds
-                self.assembler.grace_seconds = max(grace, LOG_GRACE_SECONDS)
-            finally:
-                self._unlock()
+        """A log exporter feeds this pipeline too: a completed sample now waits for log events
+        of its spans (they travel through another processor and may come after the root) as
+        long as the grace policy says (:data:`LOG_GRACE_SECONDS` unless set)."""
+        self._lock.acquire()
+        try:
+            self.assembler.grace_seconds = self.grace.seconds(log_events=True)
+            self.assembler.quick_grace_seconds = self.grace.quick_seconds(log_events=True)
+        finally:
+            self._unlock()
 
     def _take(
         self,
@@ -372,7 +363,7 @@ class TracePipeline:
             self.stats.log_calls += 1
             self.stats.samples_logged += len(traces)
             self._unwritten += len(traces)
-            _steps.note_step(step)
+            _steps.note_step(step)  # the metric exporters' fallback step
         return ok
 
     def _convert(self, sample: Sample) -> TraceDict:
@@ -425,63 +416,3 @@ class TracePipeline:
             return items
         finally:
             self._unlock()
-
-
-RECEIVER_GRACE_SECONDS = 5.0
-"""The OTLP receiver's default grace period: one default ``BatchSpanProcessor`` schedule delay
-(``OTEL_BSP_SCHEDULE_DELAY``, 5 s), the longest a span of another process sharing the sample's
-trace can trail its root when both use the SDK defaults. Concurrent batches of one client and
-Collector batches (200 ms) trail by far less."""
-
-
-def grace_seconds(settings: TrackioSettings, *, receiver: bool) -> float:
-    """The grace period a path runs with: the setting, else 0 in process (one process's
-    ``BatchSpanProcessor`` delivers a sample's children before its root; a log exporter raises
-    it to :data:`LOG_GRACE_SECONDS`, see :meth:`TracePipeline.expect_log_events`) and
-    :data:`RECEIVER_GRACE_SECONDS` in the OTLP receiver."""
-    if settings.sample_grace_seconds is not None:
-        return settings.sample_grace_seconds
-    return RECEIVER_GRACE_SECONDS if receiver else 0.0
-
-
-LOG_GRACE_SECONDS = 2.0
-"""The in-process grace period once a log exporter feeds the pipeline (see
-:meth:`TracePipeline.expect_log_events`): a GenAI log event is emitted before its span ends, but
-the ``BatchLogRecordProcessor`` exports it up to its schedule delay (1 s by default) later, while
-the ``BatchSpanProcessor`` may export the span and its root at once (a full batch, a flush)."""
-
-
-# -- where a log exporter of the process sends GenAI events ----------------------------------------
-
-
-class EventIntake(Protocol):
-    """Where GenAI log events go: a span pipeline in process, or an offloading span exporter's
-    spool (its writer process joins them to their samples)."""
-
-    @property
-    def closed(self) -> bool:
-        """True once it takes no more events."""
-
-    def add_events(self, events: Iterable[LogEventRecord], timeout_seconds: float = 30.0) -> bool:
-        """Hand over log events; False when they could not be taken."""
-
-    def expect_log_events(self) -> None:
-        """A log exporter feeds it: samples wait for their log events (a grace period)."""
-
-
-_registry: dict[tuple[str | None, str | None], weakref.ref[EventIntake]] = {}
-_registry_lock = threading.Lock()
-
-
-def register_intake(intake: EventIntake, project: str | None, name: str | None) -> None:
-    """Make ``intake`` the one :func:`find_intake` gives for ``project``/``name``."""
-    with _registry_lock:
-        _registry[(project, name)] = weakref.ref(intake)
-
-
-def find_intake(project: str | None, name: str | None) -> EventIntake | None:
-    """Where the latest span exporter of ``project``/``name`` in this process takes log events."""
-    with _registry_lock:
-        ref = _registry.get((project, name))
-    intake = ref() if ref is not None else None
-    return intake if intake is not None and not intake.closed else None

@@ -48,6 +48,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import trackio
 
+from otel_trackio._engine.warn import Warnings
+
 _logger = logging.getLogger("otel_trackio")
 
 #: Trackio 0.43's ``utils.RESERVED_KEYS``, used only when the installed Trackio lacks the list.
@@ -74,22 +76,13 @@ class RunLike(Protocol):
 
 # -- what the installed Trackio offers, detected once -------------------------------------------
 
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
+_missing = Warnings()  # once per process and missing piece
 
 
 def _lost(what: str, message: str) -> None:
     """Say once per process what guarantee is lost because Trackio lacks ``what``."""
-    with _warned_lock:
-        if what in _warned:
-            return
-        _warned.add(what)
-    _logger.warning(
-        "otel-trackio: the installed Trackio %s lacks %s: %s",
-        getattr(trackio, "__version__", "?"),
-        what,
-        message,
-    )
+    version = getattr(trackio, "__version__", "?")
+    _missing(what, f"the installed Trackio {version} lacks {what}: {message}")
 
 
 def _current_run_var() -> Any:
@@ -277,11 +270,6 @@ class TrackioSink:
     def run_name(self) -> str:
         """The held run's name."""
         return str(self.run.name)
-
-    @property
-    def owns_run(self) -> bool:
-        """True when this package started the run (and will finish it)."""
-        return self._owned is not None
 
     def _resolve(
         self,

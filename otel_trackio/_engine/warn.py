@@ -33,3 +33,8 @@ class Warnings:
             _logger.debug("otel-trackio: %s", message)
         else:
             _logger.warning("otel-trackio: %s", message)
+
+    def reset(self) -> None:
+        """Forget what was warned about (tests)."""
+        with self._lock:
+            self._last.clear()

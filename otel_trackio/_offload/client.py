@@ -22,25 +22,24 @@ import logging
 import os
 import pickle
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from otel_trackio._codec import spool as codec
 from otel_trackio._core.records import LogEventRecord
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
-from otel_trackio._engine.pipeline import ExportStats
 from otel_trackio._engine.sink import TrackioSink, run_id, trackio_dir
+from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._offload.writer import CONFIG_FILE, WriterConfig
-from otel_trackio._spool import codec
+from otel_trackio._spool.paths import process_spool
 from otel_trackio._spool.segments import (
     Checkpoint,
     Position,
@@ -52,15 +51,6 @@ from otel_trackio._spool.segments import (
 from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
-
-
-def spool_root(settings: TrackioSettings) -> Path:
-    """The folder holding every spool: ``spool_dir``, else ``otel-trackio-spool`` in Trackio's."""
-    return Path(settings.spool_dir) if settings.spool_dir else trackio_dir() / "otel-trackio-spool"
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "_"
 
 
 _IN_WRITER = "OTEL_TRACKIO_OFFLOAD_WRITER"
@@ -126,10 +116,7 @@ class OffloadClient:
     def __init__(self, settings: TrackioSettings, sink: TrackioSink) -> None:
         self.settings = settings
         self.sink = sink
-        run_folder = spool_root(settings) / _safe(sink.project) / _safe(sink.run_name)
-        self.path = (
-            run_folder / f"{_safe(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
+        self.path = process_spool(settings, sink.project, sink.run_name)
         self.producer = Producer(self.path, int(settings.spool_max_mb * 1024 * 1024))
         config = WriterConfig(settings, sink.project, sink.run_name, os.getpid(), run_id(sink.run))
         with open(self.path / CONFIG_FILE, "wb") as handle:
@@ -144,6 +131,7 @@ class OffloadClient:
         self._warn = Warnings()
         self.spans_spooled = 0
         self.spans_refused = 0
+        self.exports_refused = 0
         self.writer_starts = 0
         self._start_writer()
 
@@ -194,10 +182,12 @@ class OffloadClient:
             self.producer.append(codec.SPANS, codec.encode_sdk_spans(spans))
         except SpoolFull as exc:
             self.spans_refused += len(spans)
+            self.exports_refused += 1
             self._warn("full", f"spool full, {len(spans)} spans refused: {exc}")
             return False
         except (OSError, RuntimeError) as exc:
             self.spans_refused += len(spans)
+            self.exports_refused += 1
             self._warn("spool", f"could not write the spool, {len(spans)} spans refused: {exc!r}")
             return False
         self.spans_spooled += len(spans)
@@ -299,17 +289,13 @@ class OffloadClient:
         return checkpoint.flushed if checkpoint is not None else 0
 
     def stats(self) -> ExportStats:
-        """The writer's counters (as of its last checkpoint) with this process's own."""
+        """The writer's counters (as of its last checkpoint) with this process's own: the spans
+        handed to ``export()``, and the exports refused here besides the writer's failures."""
         checkpoint = self._final or load_checkpoint(self.path)
-        seen: dict[str, Any] = checkpoint.stats if checkpoint is not None else {}
-        return ExportStats(
-            spans_received=self.spans_spooled + self.spans_refused,
-            samples_logged=int(seen.get("samples_logged", 0)),
-            partial_samples=int(seen.get("partial_samples", 0)),
-            samples_lost=int(seen.get("samples_lost", 0)),
-            failed_exports=int(self.spans_refused > 0),
-            already_stored=int(seen.get("already_stored", 0)),
-        )
+        stats = ExportStats.from_dict(checkpoint.stats if checkpoint is not None else {})
+        stats.spans_received = self.spans_spooled + self.spans_refused
+        stats.failed_exports += self.exports_refused
+        return stats
 
     def backlog(self) -> int:
         """Bytes appended but not handed to the writer's pipeline yet."""

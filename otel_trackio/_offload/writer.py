@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from otel_trackio._engine.open_samples import OpenSampleRegistry
-from otel_trackio._engine.pipeline import TracePipeline, grace_seconds
+from otel_trackio._engine.run import build_run_engine
 from otel_trackio._engine.sink import TrackioSink, join_run
 from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.segments import is_locked
@@ -51,16 +51,6 @@ class WriterConfig:
     name: str
     parent_pid: int
     run_id: str | None = None
-
-
-@dataclass
-class _Own:
-    """The writer's one destination: its run's span pipeline."""
-
-    spans: TracePipeline
-
-    def export_metrics(self, request: bytes) -> None:
-        """Metrics stay in the rollout process with ``offload=True``."""
 
 
 def abandoned(path: Path) -> list[Path]:
@@ -110,10 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     sink = TrackioSink(config.project, config.name, init_kwargs=init)
     join_run(sink.run, config.run_id)
     registry = OpenSampleRegistry()
-    pipeline = TracePipeline(
-        settings, sink, grace_seconds=grace_seconds(settings, receiver=False), open_samples=registry
-    )
-    own = _Own(pipeline)
+    # Metrics stay in the rollout process with offload=True: this engine has no metric path.
+    own = build_run_engine(settings, transport="offload", sink=sink, open_samples=registry)
+    pipeline = own.spans
     stop = threading.Event()
     done = False
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

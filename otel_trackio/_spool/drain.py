@@ -18,16 +18,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from otel_trackio._codec import spool as codec
+from otel_trackio._codec.routes import Route
 from otel_trackio._core.samples import Sample
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.sink import stored_span_sets
+from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
-from otel_trackio._spool import codec
 from otel_trackio._spool.segments import (
     Checkpoint,
     Entry,
@@ -79,7 +81,6 @@ class DrainStats:
     flushes: int = 0
     torn_entries: int = 0
     replayed_entries: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Drainer:
@@ -96,7 +97,7 @@ class Drainer:
     def __init__(
         self,
         path: Path,
-        destination: Callable[[codec.Route], Destination | None],
+        destination: Callable[[Route], Destination | None],
         *,
         open_roots: OpenSampleRegistry | None = None,
         cycle_bytes: int = 1024 * 1024,
@@ -155,7 +156,7 @@ class Drainer:
             handled += 1
             self.position = entry.end
             if self._recovering_until is not None and self.position >= self._recovering_until:
-                self._set_recovering(False)
+                self._end_recovery()
             if stop is not None and stop.is_set():
                 break
         self.stats.entries += handled
@@ -215,11 +216,11 @@ class Drainer:
             if self._recovering_until is not None:
                 pipeline.already_stored = AlreadyStored(pipeline)
 
-    def _set_recovering(self, on: bool) -> None:
-        if not on:
-            self._recovering_until = None
-            for pipeline in self._pipelines:
-                pipeline.already_stored = None
+    def _end_recovery(self) -> None:
+        """Past the entries a previous drainer handed over: no more lookups in Trackio."""
+        self._recovering_until = None
+        for pipeline in self._pipelines:
+            pipeline.already_stored = None
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -237,12 +238,10 @@ class Drainer:
     def _save(self, inflight: Position | None = None) -> None:
         oldest = min(self.oldest_open(), self.position)
         stats = {
+            # Every counter of the pipelines, by name (the producer reads them back whole).
+            **ExportStats.total(p.stats for p in self._pipelines).as_dict(),
             "entries": self.stats.entries,
             "spans": self.stats.spans,
-            "samples_logged": sum(p.stats.samples_logged for p in self._pipelines),
-            "partial_samples": sum(p.stats.partial_samples for p in self._pipelines),
-            "samples_lost": sum(p.stats.samples_lost for p in self._pipelines),
-            "already_stored": sum(p.stats.already_stored for p in self._pipelines),
             "torn_entries": self.stats.torn_entries + self.reader.torn_entries,
             "waiting_spans": sum(p.assembler.buffered_spans for p in self._pipelines),
         }

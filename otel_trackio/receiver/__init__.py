@@ -26,11 +26,25 @@ _EXPORTS = {
     "is_loopback": ".server",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "missing_extra"])
+
+
+def missing_extra(exc: ImportError, extra: str = "receiver") -> str:
+    """The one line to print when an optional extra is not installed: which extra, how to install
+    it, and what was missing (``otel-trackio serve``, the receiver's imports and the examples)."""
+    return (
+        f"needs the {extra} extra: pip install 'otel-trackio[{extra}]' "
+        f"(from a clone: pip install '.[{extra}]'); missing: {exc.name or exc}"
+    )
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(module, __name__), name)
+    try:
+        loaded = import_module(module, __name__)
+    except ModuleNotFoundError as exc:
+        hint = f"otel_trackio.receiver {missing_extra(exc)}"
+        raise ModuleNotFoundError(hint, name=exc.name) from exc
+    return getattr(loaded, name)

@@ -1,10 +1,10 @@
-"""Routing OTLP data through the spool into the same pipeline the in-process exporters use.
+"""Routing OTLP data through the spool into the same run engine the in-process exporters use.
 
 A request's spans, GenAI log events and metrics are validated and decoded by the HTTP layer, then
 *appended to the receiver's spool* and answered at once; a drain thread feeds the spool into one
-span :class:`~otel_trackio._engine.pipeline.TracePipeline` (where log events join their spans) +
-:class:`TrackioMetricExporter` pair per (project, run), created lazily (both share one Trackio
-run). So a client never waits for Trackio, and when the spool is at its bound the request is
+:class:`~otel_trackio._engine.run.RunEngine` per (project, run) — its span pipeline (where log
+events join their spans) and metric path share one Trackio run —, created lazily (the route
+table). So a client never waits for Trackio, and when the spool is at its bound the request is
 refused with 503 and ``Retry-After`` (OTLP exporters retry) instead of data being dropped. What is
 not drained at shutdown stays in the spool and the next start with the same spool finishes it.
 """
@@ -13,33 +13,24 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
-from otel_trackio._engine.open_samples import OpenSampleRegistry
-from otel_trackio._engine.pipeline import TracePipeline, grace_seconds
-from otel_trackio._engine.sink import TrackioSink
-from otel_trackio._offload.client import spool_root
-from otel_trackio._spool import codec
+from otel_trackio._codec import spool as codec
+from otel_trackio._codec.otlp import DecodedLogs, DecodedMetrics, DecodedSpans, decode_metrics
+from otel_trackio._codec.routes import Route
+from otel_trackio._engine.run import RunEngine, build_run_engine
 from otel_trackio._spool.drain import Drainer
+from otel_trackio._spool.paths import receiver_spool
 from otel_trackio._spool.segments import Producer, SpoolFull
-from otel_trackio.metric_exporter import TrackioMetricExporter
-from otel_trackio.receiver._decode import (
-    DecodedLogs,
-    DecodedMetrics,
-    DecodedSpans,
-    Route,
-    decode_metrics,
-    split_metrics,
-)
+from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable
+from otel_trackio.receiver._run_names import RunNames
+from otel_trackio.receiver._stats import Outcome, ReceiverStats
 from otel_trackio.settings import TrackioSettings, split_options
 
 _logger = logging.getLogger("otel_trackio.receiver")
@@ -48,90 +39,15 @@ Key = tuple[str, str | None]
 """(project, requested run name) of a route."""
 
 
-class ReceiverUnavailable(RuntimeError):
-    """The receiver is shutting down or cannot take the data now; the client may retry."""
-
-    retry_after_seconds = 5
-
-
-class ReceiverBusy(ReceiverUnavailable):
-    """The spool is at its bound: the client should retry after the drain made room."""
-
-    retry_after_seconds = 2
+def _spooled_metrics(request: bytes) -> list[Any]:
+    """A spooled metrics request (one route's part) as SDK ``MetricsData``."""
+    message = metrics_service_pb2.ExportMetricsServiceRequest.FromString(request)
+    return list(decode_metrics(message).by_route.values())
 
 
-@dataclass(slots=True)
-class Outcome:
-    """What became of one request's items: how many were rejected, and why."""
-
-    rejected: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def message(self) -> str:
-        """The ``partial_success.error_message`` text ("" when all went well)."""
-        return "; ".join(self.problems)
-
-
-@dataclass(slots=True)
-class ReceiverStats:
-    """Counters of the receiver as a whole (exporter counters are summed on demand)."""
-
-    requests: int = 0
-    spans_received: int = 0
-    points_received: int = 0
-    log_records_received: int = 0
-    log_events_received: int = 0
-    rejected_items: int = 0
-    rejected_requests: int = 0
-    refused_busy: int = 0
-
-
-def receiver_spool(settings: TrackioSettings, project: str, name: str | None) -> Path:
-    """The default spool of ``otel-trackio serve --project P --name N``: one per project and run
-    under the spool folder, so a restart with the same arguments finishes what is left."""
-
-    def safe(text: str) -> str:
-        return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "_"
-
-    return spool_root(settings) / "receiver" / safe(project) / safe(name or "_")
-
-
-class _Destination:
-    """Where one (project, run) goes: its span pipeline and its metric exporter."""
-
-    def __init__(self, settings: TrackioSettings) -> None:
-        sink = TrackioSink(settings.project, settings.name, init_kwargs=settings.init_kwargs)
-        # OTLP carries ended spans only: no open sample roots are known here.
-        self.spans = TracePipeline(
-            settings,
-            sink,
-            grace_seconds=grace_seconds(settings, receiver=True),
-            open_samples=OpenSampleRegistry(),
-        )
-        try:
-            self.metrics = TrackioMetricExporter(settings.project, settings.name, settings=settings)
-        except BaseException:
-            self.spans.close()
-            raise
-        self.closed = False
-
-    def export_metrics(self, request: bytes) -> None:
-        """Log a serialised OTLP metrics request of this route."""
-        decoded = decode_metrics(
-            metrics_service_pb2.ExportMetricsServiceRequest.FromString(request)
-        )
-        for data in decoded.by_route.values():
-            self.metrics.export(data)
-
-    def shutdown(self, *, flush: bool = True) -> None:
-        """Log open samples as partial (unless the spool keeps them: ``flush=False``) and let
-        the run go (the last holder finishes it)."""
-        if self.closed:
-            return
-        self.closed = True
-        self.spans.close(flush=flush)
-        self.metrics.shutdown()
+def _route_engine(settings: TrackioSettings) -> RunEngine:
+    """The run engine of one route: spans, GenAI log events and metrics of one Trackio run."""
+    return build_run_engine(settings, transport="receiver", decode_metrics=_spooled_metrics)
 
 
 class Router:
@@ -165,14 +81,14 @@ class Router:
         self.name = name
         self.max_routes = max_routes
         self.spool_path = Path(spool) if spool else receiver_spool(chosen, project, name)
-        self._routes: dict[Key, _Destination] = {}
+        self._routes: dict[Key, RunEngine] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.stats = ReceiverStats()
         self._stats_lock = threading.Lock()
         self.producer = Producer(self.spool_path, int(chosen.spool_max_mb * 1024 * 1024))
         try:
-            self._names = self._load_names()
+            self._names = RunNames(self.spool_path)
             self.default = self._route_for((project, name))
             self._drainer = Drainer(self.spool_path, self._drain_target)
         except BaseException:
@@ -192,26 +108,17 @@ class Router:
     @property
     def run_name(self) -> str:
         """The name of the server's own run (Trackio picks one when none was given)."""
-        return str(self.default.spans.sink.run_name)
+        return str(self.default.sink.run_name)
 
     def _key(self, target: Route) -> Key:
         project, run = target
         return (project or self.project, run or self.name)
 
-    def _load_names(self) -> dict[str, str]:
-        """Run names Trackio chose earlier for routes asked for without one (to resume them)."""
-        try:
-            names = json.loads((self.spool_path / "runs.json").read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-        return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else {}
-
-    def _remember_name(self, key: Key, destination: _Destination) -> None:
+    def _remember_name(self, key: Key, destination: RunEngine) -> None:
         if key[1] is None:
-            self._names[key[0]] = destination.spans.sink.run_name
-            (self.spool_path / "runs.json").write_text(json.dumps(self._names))
+            self._names.remember(key[0], destination.sink.run_name)
 
-    def _route_for(self, key: Key, *, accepting: bool = True) -> _Destination:
+    def _route_for(self, key: Key, *, accepting: bool = True) -> RunEngine:
         """The destination of ``key``, created on first use. ``accepting``: for new data, which
         a closing receiver refuses (the drain thread still places data it accepted before)."""
         with self._lock:
@@ -229,7 +136,7 @@ class Router:
             settings = self.settings.with_options(project=key[0], name=name)
             # A fresh context: no user run is "active" here, and trackio.init's context
             # variables stay out of the worker thread that happens to build the route.
-            route = contextvars.Context().run(_Destination, settings)
+            route = contextvars.Context().run(_route_engine, settings)
             self._routes[key] = route
             self._remember_name(key, route)
             if key != (self.project, self.name):
@@ -249,7 +156,7 @@ class Router:
             return None
         return key
 
-    def _drain_target(self, route: codec.Route) -> _Destination | None:
+    def _drain_target(self, route: Route) -> RunEngine | None:
         project, name = route
         if project is None:
             return None
@@ -295,24 +202,11 @@ class Router:
         self._count(logs=decoded.accepted, events=events, rejected=outcome.rejected)
         return outcome
 
-    def export_metrics(
-        self, decoded: DecodedMetrics, request: metrics_service_pb2.ExportMetricsServiceRequest
-    ) -> Outcome:
+    def export_metrics(self, decoded: DecodedMetrics) -> Outcome:
         """Spool each route's part of a metrics request; the drain thread logs it."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
-        points = {
-            target: sum(
-                len(m.data.data_points)
-                for rm in data.resource_metrics
-                for sm in rm.scope_metrics
-                for m in sm.metrics
-            )
-            for target, data in decoded.by_route.items()
-        }
-        for target, part in split_metrics(request).items():
-            if target not in points:
-                continue  # nothing of it was accepted
-            key = self._resolve(target, points[target], outcome)
+        for target, part in decoded.parts.items():
+            key = self._resolve(target, decoded.points.get(target, 0), outcome)
             if key is not None:
                 self._append(codec.METRICS, codec.encode_metrics(key, part))
         self._count(points=decoded.accepted, rejected=outcome.rejected)
@@ -367,7 +261,7 @@ class Router:
             "samples": sum(p.spans.stats.samples_logged for p in routes),
             "partial": sum(p.spans.stats.partial_samples for p in routes),
             "waiting": sum(p.spans.assembler.held_samples for p in routes),
-            "metrics": sum(p.metrics.stats.values_logged for p in routes),
+            "metrics": sum(p.metrics.stats.values_logged for p in routes if p.metrics),
             "rejected": stats.rejected_items + stats.rejected_requests,
             "busy": stats.refused_busy,
             "backlog_spans": max(0, stats.spans_received - self._drainer.stats.spans),
@@ -376,7 +270,7 @@ class Router:
             "runs": len(routes),
         }
 
-    def _open_routes(self, include_closed: bool = False) -> list[_Destination]:
+    def _open_routes(self, include_closed: bool = False) -> list[RunEngine]:
         with self._lock:
             return [p for p in self._routes.values() if include_closed or not p.closed]
 
@@ -412,37 +306,3 @@ class Router:
                 self.spool_path,
             )
         return drained
-
-
-class Summary:
-    """Formats the periodic one-line summary; silent while no data flows."""
-
-    def __init__(self, router: Router, clock: Callable[[], float] = time.monotonic) -> None:
-        self._router = router
-        self._clock = clock
-        self._last = router.totals()
-        self._last_time = clock()
-
-    def line(self) -> str | None:
-        """The summary since the previous call, or None when nothing happened."""
-        now = self._clock()
-        totals = self._router.totals()
-        previous, elapsed = self._last, max(now - self._last_time, 1e-9)
-        self._last, self._last_time = totals, now
-        if totals == previous:
-            return None
-        rate = (totals["spans"] - previous["spans"]) / elapsed
-        backlog = ""
-        if totals["backlog_bytes"]:
-            backlog = (
-                f", backlog {totals['backlog_spans']} spans "
-                f"({totals['backlog_bytes'] / 1e6:.1f} MB, {totals['behind_seconds']} s behind)"
-            )
-        busy = f", {totals['busy']} requests refused busy (503)" if totals["busy"] else ""
-        return (
-            f"otel-trackio: {rate:.1f} spans/s, {totals['samples']} samples logged "
-            f"({totals['partial']} partial, {totals['waiting']} in their grace period), "
-            f"{totals['log_events']} GenAI log events of {totals['log_records']} log records, "
-            f"{totals['metrics']} metrics logged, "
-            f"{totals['rejected']} rejected, {totals['runs']} run(s){backlog}{busy}"
-        )

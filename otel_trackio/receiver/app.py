@@ -22,13 +22,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from otel_trackio._codec.otlp import decode_logs, decode_metrics, decode_traces
 from otel_trackio.receiver._decode import (
     Encoding,
     M,
     RequestError,
-    decode_logs,
-    decode_metrics,
-    decode_traces,
     decompress,
     encode_message,
     encoding_of,
@@ -38,7 +36,9 @@ from otel_trackio.receiver._decode import (
     status_body,
     trace_response,
 )
-from otel_trackio.receiver._routing import Outcome, ReceiverUnavailable, Router
+from otel_trackio.receiver._errors import ReceiverUnavailable
+from otel_trackio.receiver._routing import Router
+from otel_trackio.receiver._stats import Outcome
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
@@ -119,7 +119,7 @@ def create_app(
     )
     metrics = endpoint(
         metrics_service_pb2.ExportMetricsServiceRequest,
-        lambda request: router.export_metrics(decode_metrics(request), request),
+        lambda request: router.export_metrics(decode_metrics(request)),
         metrics_response,
     )
     logs = endpoint(

@@ -46,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--sample-grace-seconds",
         type=float,
         default=None,
-        help="how long a completed sample waits for its spans arriving after its root "
-        "(default 5, or OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS)",
+        help="how long every completed sample waits for its spans arriving after its root "
+        "(default: 0.5 until the run shows spans trailing their root, then 5; or "
+        "OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS)",
     )
     serve.add_argument(
         "--spool",
@@ -118,11 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from otel_trackio.receiver.server import OTLPReceiver
         from otel_trackio.settings import TrackioSettings
     except ImportError as exc:  # pragma: no cover - depends on the install
-        print(
-            f"otel-trackio serve needs the receiver extra: pip install 'otel-trackio[receiver]' "
-            f"({exc})",
-            file=sys.stderr,
-        )
+        from otel_trackio.receiver import missing_extra
+
+        print(f"otel-trackio serve {missing_extra(exc)}", file=sys.stderr)
         return 2
     overrides: dict[str, Any] = {}
     if args.sample_grace_seconds is not None:

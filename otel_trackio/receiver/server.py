@@ -16,7 +16,8 @@ from typing import Any
 
 import uvicorn
 
-from otel_trackio.receiver._routing import Router, Summary
+from otel_trackio.receiver._routing import Router
+from otel_trackio.receiver._summary import Summary
 from otel_trackio.receiver.app import DEFAULT_MAX_BODY_BYTES, create_app
 from otel_trackio.settings import TrackioSettings
 

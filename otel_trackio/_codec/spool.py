@@ -1,7 +1,8 @@
-"""What a spool entry holds, and the lean encoding that keeps the rollout process cheap.
+"""Records ↔ spool entry bytes: what an entry holds, and the lean encoding that keeps the rollout
+process cheap.
 
-An entry is a kind byte and a pickled payload. Spans travel as plain tuples read straight from
-the SDK's span (:mod:`otel_trackio._core.sdk_span`: no objects to build in the producer, about
+An entry is a kind byte and a pickled payload. Spans travel as plain rows (:mod:`.rows`) read
+straight from the SDK's span (:func:`.sdk.span_row`: no objects to build in the producer, about
 2 µs per GenAI span with the pickling), with each resource's attributes sent once per entry.
 
 Kinds: :data:`SPANS` (a batch of spans, optionally with a route), :data:`EVENTS` (GenAI log
@@ -20,14 +21,11 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_trackio._core.records import (
-    KINDS,
-    STATUSES,
-    LogEventRecord,
-    SpanRecord,
-    record_from_row,
-)
-from otel_trackio._core.sdk_span import RESOURCE_KEY, resource_attributes, span_row
+from otel_trackio._codec.routes import NO_ROUTE, Route
+from otel_trackio._codec.rows import RESOURCE_KEY, record_from_row
+from otel_trackio._codec.sdk import resource_attributes, span_row
+from otel_trackio._codec.tables import KIND_CODES, STATUS_CODES
+from otel_trackio._core.records import LogEventRecord, SpanRecord
 
 SPANS = 1
 EVENTS = 2
@@ -36,13 +34,10 @@ FLUSH = 10
 CLOSE = 11
 EXPECT_LOGS = 12
 
-Route = tuple[str | None, str | None]
-"""(``trackio.project``, ``trackio.run``) of a receiver request part; (None, None) in process."""
-
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
-def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = (None, None)) -> bytes:
+def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = NO_ROUTE) -> bytes:
     """SDK spans as one :data:`SPANS` payload (what ``offload=True`` pays per export: about
     2 µs per GenAI span, most of it the one ``pickle.dumps`` of the batch)."""
     resources: dict[int, Mapping[str, Any]] = {}
@@ -56,7 +51,7 @@ def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = (None, None))
     return pickle.dumps((route, resources, rows), _PROTOCOL)
 
 
-def encode_records(records: Sequence[SpanRecord], route: Route = (None, None)) -> bytes:
+def encode_records(records: Sequence[SpanRecord], route: Route = NO_ROUTE) -> bytes:
     """Span records (decoded from OTLP) as one :data:`SPANS` payload."""
     resources: dict[int, Mapping[str, Any]] = {}
     rows = []
@@ -74,9 +69,9 @@ def encode_records(records: Sequence[SpanRecord], route: Route = (None, None)) -
                 r.parent_is_remote,
                 dict(r.attributes) or None,
                 tuple((e.name, e.time_ns, dict(e.attributes)) for e in r.events) or None,
-                STATUSES.index(r.status) if r.status in STATUSES else 0,
+                STATUS_CODES.get(r.status, 0),
                 r.status_description,
-                KINDS.index(r.kind) if r.kind in KINDS else 0,
+                KIND_CODES.get(r.kind, 0),
                 key,
                 r.scope,
             )
@@ -91,7 +86,7 @@ def decode_spans(payload: bytes) -> tuple[Route, list[SpanRecord]]:
     return route, [record_from_row(row, resources.get(row[RESOURCE_KEY]) or empty) for row in rows]
 
 
-def encode_events(events: Sequence[LogEventRecord], route: Route = (None, None)) -> bytes:
+def encode_events(events: Sequence[LogEventRecord], route: Route = NO_ROUTE) -> bytes:
     """GenAI log events as one :data:`EVENTS` payload."""
     return pickle.dumps((route, list(events)), _PROTOCOL)
 

@@ -1,4 +1,5 @@
-"""Assemble finished spans into rollout samples.
+"""Assemble finished spans into rollout samples: the buffer by trace, holding complete samples for
+their grace period (remote parents adopting their children), eviction past the TTL or capacity.
 
 A *sample* is the subtree under the outermost span that carries the sample attribute
 (``sample_index`` by default). A trace with no such span is one sample rooted at its local root.
@@ -18,7 +19,7 @@ Nothing is lost:
   the trace's root, or as partial when flushed;
 * a duplicated span id never overwrites the first span: the duplicate goes out on its own.
 
-GenAI events sent as OTel log records (:class:`~._records.LogEventRecord`, :meth:`add_events`)
+GenAI events sent as OTel log records (``LogEventRecord``, :meth:`SampleAssembler.add_events`)
 join the span they name as one more span event, whatever the order of arrival: an event whose
 span is buffered or held is attached at once; one that comes first waits in its trace (counted
 like a span) and is attached when the span arrives; one for a span already logged goes out as a
@@ -29,8 +30,10 @@ else at flush/TTL/capacity with the trace's partial sample (or as a continuation
 sample already logged from that trace).
 
 Pure: data in, samples out. It reads only what it is given: its settings, a clock, and an
-:class:`~._open_samples.OpenSampleLookup` for the identity of roots still open at a flush.
+:class:`~otel_trackio._core.samples.OpenSampleLookup` for the identity of roots still open at a
+flush.
 """
+
 
 from __future__ import annotations
 
@@ -41,23 +44,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
-from otel_trackio._core.samples import PartialReason, Sample, SampleIdentity, resolve_step
-from otel_trackio._core.values import parse_step
-from otel_trackio._engine.open_samples import OpenSampleLookup
+from otel_trackio._core.assembly.events import attach_events, placeholder
+from otel_trackio._core.assembly.identity import Identifier
+from otel_trackio._core.assembly.memory import EmittedSamples
+from otel_trackio._core.records import LogEventRecord, SpanRecord
+from otel_trackio._core.samples import (
+    OpenSampleLookup,
+    OwnSteps,
+    PartialReason,
+    Sample,
+    SampleIdentity,
+    StepMemory,
+)
 from otel_trackio.settings import TrackioSettings
-
-# Tags read into a sample's identity besides the configurable step and sample attributes.
-ROLLOUT_N_ATTRIBUTE = "rollout_n"
-VALIDATE_ATTRIBUTE = "validate"
-
-PLACEHOLDER_NAME = "(log events of a span not received)"
-"""Name of the span that carries GenAI log events whose own span never arrived (or had been
-logged already: then the continuation row shows it)."""
-PLACEHOLDER_ATTRIBUTE = "otel_trackio.placeholder"
-"""Attribute of such a span: ``"span not received"`` or ``"span already logged"``."""
-
-_AMBIGUOUS = object()  # several samples were logged from one trace
 
 
 @dataclass(slots=True)
@@ -102,6 +101,8 @@ class SampleAssembler:
             ``grace_seconds`` (see :meth:`saw_trailing_spans`). None: always ``grace_seconds``.
         open_samples: where roots still open at a flush are looked up (None: nowhere).
         remembered_spans: span ids of emitted samples remembered, to place late spans.
+        steps: where the latest step is read (a sample without a step takes it) and noted
+            (default: this assembler's own).
         clock: monotonic seconds.
     """
 
@@ -113,6 +114,7 @@ class SampleAssembler:
         quick_grace_seconds: float | None = None,
         open_samples: OpenSampleLookup | None = None,
         remembered_spans: int = 50_000,
+        steps: StepMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         settings = settings or TrackioSettings()
@@ -125,7 +127,6 @@ class SampleAssembler:
         # Spans of this run have trailed their sample's root (see quick_grace_seconds).
         self.trailing_seen = False
         self._open_samples = open_samples
-        self._remembered_limit = max(0, remembered_spans)
         self._clock = clock
         self._traces: OrderedDict[int, _OpenTrace] = OrderedDict()
         self._buffered = 0  # spans waiting, held samples included, and pending log events
@@ -134,11 +135,18 @@ class SampleAssembler:
         self.unsampled_events_dropped = 0
         # Held samples in the order they completed (so the first is due first).
         self._held: OrderedDict[tuple[int, int], _Held] = OrderedDict()
-        # span id -> identity of the emitted sample it went out with (for late spans).
-        self._emitted: OrderedDict[int, SampleIdentity] = OrderedDict()
-        # trace id -> identity of the one sample logged from it (_AMBIGUOUS: several).
-        self._emitted_traces: OrderedDict[int, object] = OrderedDict()
-        self.latest_step: int | None = None
+        # What was logged already (to place late spans and log events).
+        self._memory = EmittedSamples(remembered_spans)
+        self._identifier = Identifier(
+            settings.step_attribute,
+            settings.sample_attribute,
+            steps if steps is not None else OwnSteps(),
+        )
+
+    @property
+    def steps(self) -> StepMemory:
+        """Where the latest step is read and noted."""
+        return self._identifier.steps
 
     @property
     def buffered_spans(self) -> int:
@@ -230,8 +238,8 @@ class SampleAssembler:
             record = self._waiting_span(trace, event.span_id) if trace is not None else None
             if trace is not None and record is not None:
                 self._touch(event.trace_id, now)
-                _attach(record, [event.event])
-            elif self._emitted_identity(event.trace_id, event.span_id) is not None:
+                attach_events(record, [event.event])
+            elif self._memory.identity_of(event.trace_id, event.span_id) is not None:
                 late.setdefault((event.trace_id, event.span_id), []).append(event)
             else:
                 waiting = self._touch(event.trace_id, now).pending.setdefault(event.span_id, [])
@@ -279,13 +287,13 @@ class SampleAssembler:
     def _buffer(self, record: SpanRecord, now: float, out: list[Sample]) -> bool:
         trace = self._touch(record.trace_id, now)
         if record.span_id in trace.spans or record.span_id in trace.held_spans:
-            identity = self._identify([record], None, reason="duplicate")
+            identity = self._identifier.identify([record], None, reason="duplicate")
             out.append(Sample([record], None, identity))
             return False
         waiting = trace.pending.pop(record.span_id, None)
         if waiting:
             # Its log events came first: they join it now.
-            _attach(record, [w.event for w in waiting])
+            attach_events(record, [w.event for w in waiting])
             self._buffered -= len(waiting)
             self._pending -= len(waiting)
         trace.spans[record.span_id] = record
@@ -340,15 +348,7 @@ class SampleAssembler:
 
     def _late_identity(self, record: SpanRecord) -> SampleIdentity | None:
         # A remote parent counts too: the OTLP receiver gets the spans of every process.
-        return self._emitted_identity(record.trace_id, record.parent_id)
-
-    def _emitted_identity(self, trace_id: int, span_id: int | None) -> SampleIdentity | None:
-        if span_id is None:
-            return None
-        identity = self._emitted.get(span_id)
-        if identity is None or identity.trace_id != trace_id:
-            return None
-        return identity
+        return self._memory.identity_of(record.trace_id, record.parent_id)
 
     # -- completing and holding samples -------------------------------------------------------
 
@@ -364,7 +364,7 @@ class SampleAssembler:
             self._buffered -= len(spans)
             self._forget_if_empty(root.trace_id, trace)
             continuation = dataclasses.replace(late, partial_reason="late")
-            self._remember(spans, late)
+            self._memory.remember(spans, late)
             return [Sample(spans, None, continuation)]
         if root.parent_id is None and trace.spans:
             # The trace's own root closes the trace: spans cut off by a missing middle span
@@ -467,8 +467,8 @@ class SampleAssembler:
             # The trace's own root closes the trace: log events whose span never came go with it.
             spans = [*spans, *self._take_pending(trace)]
             self._forget_if_empty(held.trace_id, trace)
-        identity = self._identify(spans, held.root, ancestor_step=held.ancestor_step)
-        self._remember(spans, identity)
+        identity = self._identifier.identify(spans, held.root, ancestor_step=held.ancestor_step)
+        self._memory.remember(spans, identity)
         return Sample(spans, held.root, identity)
 
     def _take_partial(self, trace_id: int, reason: PartialReason) -> list[Sample]:
@@ -488,21 +488,19 @@ class SampleAssembler:
             groups.setdefault(None, []).extend(placeholders)
         self._traces.pop(trace_id, None)
         for attach, spans in groups.items():
-            late = self._emitted_identity(trace_id, attach)
+            late = self._memory.identity_of(trace_id, attach)
             if late is None and attach is None and len(spans) == len(placeholders):
                 # Only log events whose span never came: the trace's one logged sample, if any.
-                known_sample = self._emitted_traces.get(trace_id)
-                if isinstance(known_sample, SampleIdentity):
-                    late = known_sample
+                late = self._memory.only_sample_of(trace_id)
             if late is not None:
                 identity = dataclasses.replace(late, partial_reason=reason)
-                self._remember(spans, late)
+                self._memory.remember(spans, late)
             else:
                 known = None
                 if attach is not None and self._open_samples is not None:
                     known = self._open_samples.lookup(trace_id, attach)
-                identity = self._identify(spans, None, known=known, reason=reason)
-                self._remember(spans, dataclasses.replace(identity, partial_reason=None))
+                identity = self._identifier.identify(spans, None, known=known, reason=reason)
+                self._memory.remember(spans, dataclasses.replace(identity, partial_reason=None))
             out.append(Sample(spans, None, identity))
         return out
 
@@ -554,7 +552,7 @@ class SampleAssembler:
             kept = [e for e in events if e.sampled]
             self.unsampled_events_dropped += len(events) - len(kept)
             if kept:
-                out.append(_placeholder(kept, "span not received"))
+                out.append(placeholder(kept, "span not received"))
         self._buffered -= count
         self._pending -= count
         trace.pending.clear()
@@ -564,11 +562,11 @@ class SampleAssembler:
         """Log events of spans already logged: one continuation per sample, with its identity."""
         by_sample: dict[int, tuple[SampleIdentity, list[SpanRecord]]] = {}
         for (trace_id, span_id), events in late.items():
-            identity = self._emitted_identity(trace_id, span_id)
+            identity = self._memory.identity_of(trace_id, span_id)
             if identity is None:  # not possible: checked when they came
                 continue
             entry = by_sample.setdefault(id(identity), (identity, []))
-            entry[1].append(_placeholder(events, "span already logged"))
+            entry[1].append(placeholder(events, "span already logged"))
         return [
             Sample(spans, None, dataclasses.replace(identity, partial_reason="late"))
             for identity, spans in by_sample.values()
@@ -579,95 +577,6 @@ class SampleAssembler:
         while self._buffered > self.max_spans and self._traces:
             out.extend(self._take_partial(next(iter(self._traces)), "capacity"))
         return out
-
-    # -- identity -----------------------------------------------------------------------------
-
-    def _identify(
-        self,
-        spans: list[SpanRecord],
-        root: SpanRecord | None,
-        *,
-        ancestor_step: Any = None,
-        known: Mapping[str, Any] | None = None,
-        reason: PartialReason | None = None,
-    ) -> SampleIdentity:
-        """The one place a sample's identity is made: its tags from what is ``known`` of an open
-        root, else from its root, else from any of its spans; the step by :func:`resolve_step`."""
-        sources: list[Mapping[str, Any]] = []
-        if known:
-            sources.append(known)
-        if root is not None:
-            sources.append(root.attributes)
-        sources.extend(span.attributes for span in spans)
-
-        def tag(name: str) -> Any:
-            for attributes in sources:
-                if name in attributes:
-                    return attributes[name]
-            return None
-
-        own_step = tag(self.step_attribute)
-        step = resolve_step(own_step, ancestor_step, self.latest_step)
-        if parse_step(own_step) is not None or parse_step(ancestor_step) is not None:
-            if self.latest_step is None or step > self.latest_step:
-                self.latest_step = step
-        return SampleIdentity(
-            trace_id=spans[0].trace_id if spans else 0,
-            root_span_id=root.span_id if root is not None else None,
-            step=step,
-            sample_index=tag(self.sample_attribute),
-            rollout_n=tag(ROLLOUT_N_ATTRIBUTE),
-            validate=tag(VALIDATE_ATTRIBUTE),
-            partial_reason=reason,
-        )
-
-    def _remember(self, spans: list[SpanRecord], identity: SampleIdentity) -> None:
-        if self._remembered_limit <= 0:
-            return
-        emitted = self._emitted
-        for span in spans:
-            emitted[span.span_id] = identity
-            emitted.move_to_end(span.span_id)
-        while len(emitted) > self._remembered_limit:
-            emitted.popitem(last=False)
-        traces = self._emitted_traces
-        trace_id = identity.trace_id
-        known = traces.get(trace_id, identity)
-        traces[trace_id] = identity if known == identity else _AMBIGUOUS
-        traces.move_to_end(trace_id)
-        while len(traces) > self._remembered_limit:
-            traces.popitem(last=False)
-
-
-def _attach(record: SpanRecord, events: list[EventRecord]) -> None:
-    """Add log events to a span's events: after its own events, in time order; an event it
-    already has (a retried export) is not added twice."""
-    new = [e for e in events if e not in record.events]
-    if new:
-        own = [e for e in record.events if not e.from_log]
-        logged = [e for e in record.events if e.from_log]
-        record.events = (*own, *sorted((*logged, *new), key=lambda e: e.time_ns))
-
-
-def _placeholder(events: list[LogEventRecord], why: str) -> SpanRecord:
-    """A span standing in for the one ``events`` name, which is not here to carry them."""
-    first = events[0]
-    unique: list[EventRecord] = []
-    for event in events:
-        if event.event not in unique:  # a retried export: once
-            unique.append(event.event)
-    ordered = tuple(sorted(unique, key=lambda e: e.time_ns))
-    return SpanRecord(
-        trace_id=first.trace_id,
-        span_id=first.span_id,
-        name=PLACEHOLDER_NAME,
-        start_ns=ordered[0].time_ns,
-        end_ns=ordered[-1].time_ns,
-        attributes={PLACEHOLDER_ATTRIBUTE: why},
-        events=ordered,
-        resource=first.resource,
-        scope=first.scope,
-    )
 
 
 def _from_several_processes(root: SpanRecord, spans: list[SpanRecord]) -> bool:

@@ -1,15 +1,14 @@
-"""Reading a finished SDK span fast: the fields otel-trackio needs, as one plain tuple.
+"""SDK spans and log records → records: what the in-process exporters export.
 
-The SDK's public accessors cost more than an exporter can afford per span on the export thread
-(which holds the GIL the rollout's event loop needs): ``attributes`` wraps the
-``BoundedAttributes`` in a ``MappingProxyType`` whose copy runs Python code per key, ``events``
-copies the list under a lock, ``kind.value`` and ``status.status_code.value`` go through
-``enum``'s descriptors — about 10 µs per GenAI span. :func:`span_row` reads the same fields from
-the span's own slots in well under a microsecond, and reads them through the public API instead
-for any span without the SDK's layout (another SDK version, a hand-made ``ReadableSpan``).
-
-This module is the one place that knows the SDK's private layout; ``tests/test_sdk_span.py``
-checks that both ways of reading give the same row.
+Cheap on purpose (it runs on the rollout's export path): fields are copied, nothing converted.
+The SDK's public accessors cost more than that path can afford per span (the export thread holds
+the GIL the rollout's event loop needs): ``attributes`` wraps the ``BoundedAttributes`` in a
+``MappingProxyType`` whose copy runs Python code per key, ``events`` copies the list under a
+lock, ``kind.value`` and ``status.status_code.value`` go through ``enum``'s descriptors — about
+10 µs per GenAI span. :func:`span_row` reads the same fields from the span's own slots in well
+under a microsecond, and reads them through the public API instead for any span without the
+SDK's layout (another SDK version, a hand-made ``ReadableSpan``). This module is the one place
+that knows the SDK's private layout; ``tests/test_sdk_span.py`` checks both ways agree.
 """
 
 from __future__ import annotations
@@ -21,19 +20,61 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 
-SpanRow = tuple[Any, ...]
-"""``(trace_id, span_id, name, start_ns, end_ns, parent_id, parent_is_remote, attributes or
-None, events or None, status code (0 unset, 1 ok, 2 error), status description, kind (the
-``SpanKind`` value), id of the resource, scope name)``; events are ``(name, time_ns,
-attributes)``. Plain data only: what the spool pickles and the span records are built from. The
-attributes may be the finished span's own dict: read them, never change them."""
+try:
+    from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
+except ImportError:  # opentelemetry-sdk before 1.39 named them LogExporter, LogExportResult
+    from opentelemetry.sdk._logs.export import LogExporter as LogRecordExporter
+    from opentelemetry.sdk._logs.export import (  # type: ignore[assignment]
+        LogExportResult as LogRecordExportResult,
+    )
 
-RESOURCE_KEY = 12
-"""Where a row holds ``id(resource)`` (rows of one batch share their resources' attributes)."""
+from otel_trackio._codec.events import LogSkip, log_event_record
+from otel_trackio._codec.rows import SpanRow, record_from_row
+from otel_trackio._core.records import LogEventRecord, SpanRecord
+
+__all__ = [
+    "LogRecordExportResult",
+    "LogRecordExporter",
+    "attributes_view",
+    "record_from_readable_log",
+    "record_from_readable_span",
+    "resource_attributes",
+    "span_row",
+]
+
+
+def record_from_readable_span(span: ReadableSpan) -> SpanRecord:
+    """Copy what otel-trackio needs out of an SDK span (cheap: no conversion happens here)."""
+    row, resource = span_row(span)
+    return record_from_row(row, resource_attributes(resource))
+
+
+def record_from_readable_log(item: Any) -> LogEventRecord | LogSkip:
+    """:func:`log_event_record` for what the SDK hands a log exporter: a ``ReadableLogRecord``
+    (SDK >= 1.39: resource beside the record) or the older ``LogData`` (resource on the record)."""
+    log = getattr(item, "log_record", item)
+    resource = getattr(item, "resource", None) or getattr(log, "resource", None)
+    scope = getattr(item, "instrumentation_scope", None)
+    flags = getattr(log, "trace_flags", None)
+    return log_event_record(
+        event_name=getattr(log, "event_name", None),
+        body=getattr(log, "body", None),
+        attributes=getattr(log, "attributes", None),
+        time_ns=getattr(log, "timestamp", None) or getattr(log, "observed_timestamp", None) or 0,
+        trace_id=getattr(log, "trace_id", None) or 0,
+        span_id=getattr(log, "span_id", None) or 0,
+        trace_flags=int(flags) if flags is not None else None,
+        resource=getattr(resource, "attributes", None),
+        scope=getattr(scope, "name", None),
+    )
+
+
+# -- reading SDK spans fast ---------------------------------------------------------------------
 
 
 def span_row(span: ReadableSpan) -> tuple[SpanRow, Any]:
-    """(the span's row, its ``Resource``): read from the SDK's slots, else the public API."""
+    """(the span's :data:`~.rows.SpanRow`, its ``Resource``): read from the SDK's slots, else
+    through the public API."""
     try:
         return _row_from_slots(span)
     except AttributeError:

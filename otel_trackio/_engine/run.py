@@ -1,0 +1,166 @@
+"""The run engine: everything one Trackio run needs, built in one place for every path.
+
+A :class:`RunEngine` is the sink (the held run), the span pipeline (records → samples → Traces →
+``run.log``), the metric path when the data carries metrics, the grace policy and the stats. The
+in-process :class:`~otel_trackio.TrackioSpanExporter`, the offload writer process, each route of
+the OTLP receiver and a lone :class:`~otel_trackio.TrackioLogExporter` all build theirs with
+:func:`build_run_engine`; the transports around it (the SDK export call, the spool, OTLP/HTTP)
+only move records into it.
+
+The offload decision is made here too (:func:`offload_enabled`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from otel_trackio._core.samples import OpenSampleLookup, OwnSteps, StepMemory
+from otel_trackio._engine.grace import GracePolicy
+from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
+from otel_trackio._engine.pipeline import TracePipeline
+from otel_trackio._engine.sink import RunLike, TrackioSink
+from otel_trackio._engine.stats import ExportStats
+from otel_trackio._engine.steps import PROCESS_STEPS
+from otel_trackio.environment_variables import OTEL_EXPORTER_TRACKIO_OFFLOAD
+from otel_trackio.metric_exporter import TrackioMetricExporter
+from otel_trackio.settings import TrackioConfigError, TrackioSettings
+
+_logger = logging.getLogger("otel_trackio")
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricsData
+
+Transport = Literal["process", "offload", "receiver"]
+"""How data reaches the engine: in the rollout process itself (SDK exporters), from a spool in
+the offload writer process, or from other processes through the OTLP receiver."""
+
+MetricDecoder = Callable[[bytes], Iterable["MetricsData"]]
+"""Turns a serialised metrics request (a spool entry) into SDK ``MetricsData``."""
+
+
+@dataclass(eq=False)
+class RunEngine:
+    """One Trackio run's sink, span pipeline and (optional) metric path.
+
+    Build it with :func:`build_run_engine`. It is also what a spool drainer hands entries to
+    (``spans`` and :meth:`export_metrics`).
+    """
+
+    settings: TrackioSettings
+    transport: Transport
+    sink: TrackioSink
+    spans: TracePipeline
+    metrics: TrackioMetricExporter | None = None
+    decode_metrics: MetricDecoder | None = None
+    closed: bool = False
+
+    @property
+    def stats(self) -> ExportStats:
+        """The span pipeline's counters."""
+        return self.spans.stats
+
+    @property
+    def grace(self) -> GracePolicy:
+        """The grace policy the span pipeline runs with."""
+        return self.spans.grace
+
+    def export_metrics(self, request: bytes) -> None:
+        """Log a serialised OTLP metrics request of this run (without a metric path: ignored;
+        with ``offload=True`` metrics stay in the rollout process)."""
+        if self.metrics is None or self.decode_metrics is None:
+            return
+        for data in self.decode_metrics(request):
+            self.metrics.export(data)
+
+    def shutdown(self, timeout_seconds: float = 30.0, *, flush: bool = True) -> None:
+        """Log open samples as partial (unless ``flush=False``: a spool keeps them) and let the
+        run go (finished by its last holder when this package started it). Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.spans.close(timeout_seconds, flush=flush)
+        finally:
+            if self.metrics is not None:
+                self.metrics.shutdown()
+
+
+def build_run_engine(
+    settings: TrackioSettings,
+    *,
+    transport: Transport = "process",
+    run: RunLike | None = None,
+    sink: TrackioSink | None = None,
+    init_kwargs: Mapping[str, Any] | None = None,
+    open_samples: OpenSampleLookup | None = None,
+    log_events: bool = False,
+    decode_metrics: MetricDecoder | None = None,
+) -> RunEngine:
+    """The engine of one run.
+
+    Args:
+        settings: the run's settings (``project``/``name`` say which run unless ``run`` is given).
+        transport: where the data comes from; it decides the defaults below.
+        run: a ``trackio.Run`` to log into (in process; never finished by the engine).
+        sink: a run already held (the engine releases it at shutdown).
+        init_kwargs: ``trackio.init`` keywords (default: ``settings.init_kwargs``).
+        open_samples: where open sample roots are looked up at a flush (in process: the
+            process's registry; offload writer: the roots its spool carries; receiver: none
+            known, OTLP carries ended spans only).
+        log_events: GenAI log events feed the pipeline from the start (a lone log exporter).
+        decode_metrics: with it, the engine has a metric path (a
+            :class:`~otel_trackio.TrackioMetricExporter` on the same run) fed by
+            :meth:`RunEngine.export_metrics`.
+    """
+    if sink is None:
+        kwargs = dict(settings.init_kwargs if init_kwargs is None else init_kwargs)
+        sink = TrackioSink(settings.project, settings.name, run=run, init_kwargs=kwargs)
+    if open_samples is None:
+        open_samples = OPEN_SAMPLES if transport == "process" else OpenSampleRegistry()
+    # The process's latest step (set_step reaches it) in process; another process's data keeps
+    # a latest step of its run's own.
+    steps: StepMemory = PROCESS_STEPS if transport == "process" else OwnSteps()
+    grace = GracePolicy.of(settings, receiver=transport == "receiver")
+    pipeline = TracePipeline(settings, sink, grace=grace, open_samples=open_samples, steps=steps)
+    if log_events:
+        pipeline.expect_log_events()
+    metrics = None
+    if decode_metrics is not None:
+        try:
+            metrics = TrackioMetricExporter(settings.project, settings.name, settings=settings)
+        except BaseException:
+            pipeline.close()
+            raise
+    return RunEngine(settings, transport, sink, pipeline, metrics, decode_metrics)
+
+
+def offload_enabled(settings: TrackioSettings) -> bool:
+    """Whether spans go through a spool and a writer process: the ``offload`` setting; when None,
+    the ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable; else on — for ``configure()``, the zero-code
+    setup and a span exporter built by hand alike.
+
+    On by default everywhere because that is what keeps the rollout cheap: in the asyncio
+    agent-loop benchmark (``bench/bench_asyncio.py``) the in-process exporter adds ~140-300 µs
+    of rollout-process CPU per span (conversion and Trackio writes on the export thread), the
+    offloading one ~15-25 µs. A malformed variable is warned about and taken as unset.
+    """
+    if settings.offload is not None:
+        return settings.offload
+    raw = os.environ.get(OTEL_EXPORTER_TRACKIO_OFFLOAD, "").strip()
+    if not raw:
+        return True
+    try:
+        return bool(TrackioSettings.from_env({OTEL_EXPORTER_TRACKIO_OFFLOAD: raw}).offload)
+    except TrackioConfigError as exc:
+        _logger.warning("otel-trackio: %s; offloading", exc)
+        return True
+
+
+def with_offload_resolved(settings: TrackioSettings) -> TrackioSettings:
+    """``settings`` with ``offload`` set to what :func:`offload_enabled` decides."""
+    return dataclasses.replace(settings, offload=offload_enabled(settings))

@@ -1,0 +1,60 @@
+"""The README is a short guide and docs/ holds the reference: every page is reachable from the
+README, and every relative link and #anchor in them points at something that exists."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "examples" / "README.md"]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+README_LIMIT_BYTES = 12 * 1024
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    anchors, fenced = set(), False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            heading = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower())
+            anchors.add(heading.replace(" ", "-"))
+    return anchors
+
+
+def _links(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+def test_readme_is_a_short_guide():
+    assert len(README.read_bytes()) <= README_LIMIT_BYTES
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {(README.parent / t.partition("#")[0]).resolve() for t in _links(README)}
+    missing = [p.name for p in PAGES[1:] if p.resolve() not in linked]
+    assert not missing, missing
+
+
+def test_every_relative_link_and_anchor_resolves():
+    broken = []
+    for page in PAGES:
+        for target in _links(page):
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_every_example_names_the_install_it_needs():
+    for example in sorted((ROOT / "examples").glob("[!_]*.py")):
+        doc = ast.get_docstring(ast.parse(example.read_text())) or ""
+        assert re.search(r"plain install|the ``\w+`` extra", doc), example.name
