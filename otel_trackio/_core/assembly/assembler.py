@@ -34,7 +34,6 @@ Pure: data in, samples out. It reads only what it is given: its settings, a cloc
 flush.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -373,7 +372,7 @@ class SampleAssembler:
         waits = not root.is_local_root and not any(
             self.step_attribute in s.attributes for s in spans
         )
-        if self._quick_for_now() and _from_several_processes(root, spans):
+        if self._quick_for_now() and _shows_other_processes(root, spans, is_tagged):
             self.saw_trailing_spans()  # the other process's spans may still be on their way
         held = _Held(root.trace_id, root, spans, now + self.hold_seconds, waits, completed=now)
         trace.held[root.span_id] = held
@@ -579,9 +578,12 @@ class SampleAssembler:
         return out
 
 
-def _from_several_processes(root: SpanRecord, spans: list[SpanRecord]) -> bool:
-    """True when a sample's spans show more than one process: a span below the root whose parent
-    is remote, or spans of another resource than the root's."""
+def _shows_other_processes(root: SpanRecord, spans: list[SpanRecord], is_tagged: bool) -> bool:
+    """True when a completed sample shows spans of its trace in more than one process: a span
+    below the root whose parent is remote, spans of another resource than the root's, or an
+    untagged root whose parent is remote (a piece of a sample rooted in another process)."""
+    if root.parent_is_remote and not is_tagged:
+        return True
     resource = root.resource
     return any(
         span is not root
