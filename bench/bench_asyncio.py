@@ -11,6 +11,9 @@ Arms, each in a fresh process (no warm caches or threads carried over), alternat
 
 * ``noop``          — the OTel SDK + ``BatchSpanProcessor`` + an exporter that drops everything
   (the floor: tracing on, export free);
+* ``noop-trackio``  — the same in a process that imported ``trackio`` (as every Trackio user's
+  does): its ~55k import-time objects make each full garbage collection, on the loop's thread,
+  cost more — the part of the loop lag no exporter can take away;
 * ``configure``     — ``otel_trackio.configure()`` (defaults: offload to a writer process);
 * ``configure-inproc`` — ``configure(offload=False)`` (conversion and Trackio writes here);
 * ``hand-built``    — ``BatchSpanProcessor(TrackioSpanExporter(project, name))``, the README's
@@ -40,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-ARMS = ("noop", "configure", "configure-inproc", "hand-built")
+ARMS = ("noop", "noop-trackio", "configure", "configure-inproc", "hand-built")
 STEPS = 8
 CONCURRENCY = 256
 MODEL_CALLS = 3
@@ -157,7 +160,9 @@ def run_arm(arm: str) -> dict[str, Any]:
     handle: Any = None
     exporter: Any = None
     with w.quiet_stdout():
-        if arm == "noop":
+        if arm in ("noop", "noop-trackio"):
+            if arm == "noop-trackio":
+                import trackio  # noqa: F401
             provider: Any = TracerProvider()
             provider.add_span_processor(
                 BatchSpanProcessor(w.NoOpSpanExporter(), max_queue_size=queue)
@@ -204,7 +209,7 @@ def run_arm(arm: str) -> dict[str, Any]:
         else:
             provider.shutdown()
     stored = -1
-    if arm != "noop":
+    if not arm.startswith("noop"):
         stored = w.count_traces(PROJECT, name) - CONCURRENCY  # minus the warm-up step
     w.cleanup()
     return {
