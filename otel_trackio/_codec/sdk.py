@@ -92,60 +92,77 @@ def _plain(attributes: Any) -> dict[str, Any] | None:
 
 
 def _row_from_slots(span: ReadableSpan) -> tuple[SpanRow, Any]:
-    context = span._context
-    parent = span._parent
     status = span._status
     events = span._events
-    scope = span._instrumentation_scope
-    resource = span._resource
-    start = span._start_time or 0
     if events.__class__ is BoundedList:
         events = events._dq  # type: ignore[attr-defined]  # the list's deque, without its lock
-    return (
-        context.trace_id if context is not None else 0,
-        context.span_id if context is not None else 0,
+    return _row(
+        span._context,
+        span._parent,
         span._name,
-        start,
-        span._end_time or start,
-        parent.span_id if parent is not None else None,
-        parent is not None and parent.is_remote,
+        span._start_time,
+        span._end_time,
         _plain(span._attributes),
         tuple((e.name, e.timestamp or 0, _plain(e.attributes) or {}) for e in events)
         if events
         else None,
-        status._status_code._value_ if status is not None else 0,
-        status._description if status is not None else None,
+        (status._status_code._value_, status._description) if status is not None else (0, None),
         span._kind._value_ if span._kind is not None else 0,
-        id(resource),
-        scope.name if scope is not None else None,
-    ), resource
+        span._resource,
+        span._instrumentation_scope,
+    )
 
 
 def public_span_row(span: ReadableSpan) -> tuple[SpanRow, Any]:
     """:func:`span_row` through the SDK's public accessors only (slower; any ``ReadableSpan``)."""
-    context = span.context
-    parent = span.parent
     status = span.status
     events = span.events
-    scope = span.instrumentation_scope
-    resource = span.resource
-    start = span.start_time or 0
     attributes: Mapping[str, Any] | None = span.attributes
-    return (
-        context.trace_id if context is not None else 0,
-        context.span_id if context is not None else 0,
+    return _row(
+        span.context,
+        span.parent,
         span.name,
-        start,
-        span.end_time or start,
-        parent.span_id if parent is not None else None,
-        parent is not None and parent.is_remote,
+        span.start_time,
+        span.end_time,
         dict(attributes) if attributes else None,
         tuple((e.name, e.timestamp or 0, dict(e.attributes or {})) for e in events)
         if events
         else None,
-        status.status_code.value if status is not None else 0,
-        status.description if status is not None else None,
+        (status.status_code.value, status.description) if status is not None else (0, None),
         span.kind.value if span.kind is not None else 0,
+        span.resource,
+        span.instrumentation_scope,
+    )
+
+
+def _row(
+    context: Any,
+    parent: Any,
+    name: str,
+    start: int | None,
+    end: int | None,
+    attributes: dict[str, Any] | None,
+    events: tuple[Any, ...] | None,
+    status: tuple[int, str | None],
+    kind: int,
+    resource: Any,
+    scope: Any,
+) -> tuple[SpanRow, Any]:
+    """The row of a span's fields, however they were read, and its resource."""
+    start = start or 0
+    return (
+        context.trace_id if context is not None else 0,
+        context.span_id if context is not None else 0,
+        name,
+        start,
+        end or start,
+        parent.span_id if parent is not None else None,
+        parent is not None and parent.is_remote,
+        attributes,
+        events,
+        status[0],
+        status[1],
+        kind,
         id(resource),
         scope.name if scope is not None else None,
     ), resource
