@@ -23,7 +23,8 @@ Per round each arm's loop-lag p99 and wall time are divided by the same round's 
 figures are the medians of those ratios (robust to a busy machine: a neighbour's burst hits one
 round, not the median). CPU per span is the rollout process's own CPU time
 (``time.process_time()``: every thread of this process, never the writer process's) from the first
-span to every sample being logged (``force_flush``), minus the ``noop`` arm's, over the spans; the
+span to the processor's queue exported — in process, to every sample logged (``force_flush``) —
+minus the ``noop`` arm's, over the spans; the
 exporter's own counters play no part. Every arm's samples are counted in Trackio's storage after
 its shutdown. The last line printed is the summary.
 """
@@ -196,13 +197,14 @@ def run_arm(arm: str) -> dict[str, Any]:
     wall = time.perf_counter() - wall0
     with w.quiet_stdout():
         provider.force_flush(600_000)  # the processor's queue exported
-        # Every sample logged: in process that is this process's work (held samples included);
-        # offloaded, the writer's (this process only polls its checkpoint meanwhile).
-        if handle is not None:
-            handle.force_flush(600_000)
-        elif exporter is not None:
-            exporter.force_flush(600_000)
-    cpu = time.process_time() - cpu0
+        cpu = time.process_time() - cpu0
+        # In process the rest of the work (held samples converted and logged) is this
+        # process's too; offloaded it is the writer's (this process only waits for it).
+        span_exporter = handle.span_exporter if handle is not None else exporter
+        if span_exporter is not None:
+            span_exporter.force_flush(600_000)
+            if span_exporter.offloaded is None:
+                cpu = time.process_time() - cpu0
     with w.quiet_stdout():
         if handle is not None:
             handle.shutdown()
