@@ -1,4 +1,4 @@
-"""Figure 12: an asyncio agent loop with hundreds of samples in flight, and what export costs it.
+"""Figure 13: an asyncio agent loop with hundreds of samples in flight, and what export costs it.
 
 The shape of verl's agent loop (and most agent RL): one event loop per worker runs a step's
 samples concurrently. Here 8 steps x 256 concurrent samples; each sample is a root span
@@ -317,7 +317,7 @@ def main() -> None:
         summary.append(f"{arm} lag {lag:.2f}x wall {wall:.2f}x +{cpu:.0f} us/span")
         target = arm == "configure"
         w.write_result(
-            f"12. asyncio {STEPS} steps x {CONCURRENCY} concurrent samples, {arm}: loop-lag p99 / "
+            f"13. asyncio {STEPS} steps x {CONCURRENCY} concurrent samples, {arm}: loop-lag p99 / "
             "wall vs no-op (medians); rollout-process CPU per span over no-op",
             f"{lag:.2f}x / {wall:.2f}x; +{cpu:.1f} µs; stored {stored}/{expected}",
             f"<= {LAG_TARGET:.2f}x / <= {WALL_TARGET:.2f}x, all stored" if target else "(recorded)",
