@@ -14,6 +14,8 @@ OPENLLMETRY_JSON := opentelemetry-instrumentation-openai==0.62.4 opentelemetry-s
 # openai-v2 2.3b0 (one GenAI log event per message) beside the 2.4b0 of the test extra, likewise;
 # it calls wrapt 1.x's keyword API, so that wrapt goes in its folder too.
 OPENAI_V2_EVENTS := opentelemetry-instrumentation-openai-v2==2.3b0 wrapt==1.17.3
+# verl's wheel (1.7 MB, not installed): tests/test_verl.py runs its real verl/utils/rollout_trace.py.
+VERL_WHEEL := verl==0.9.1
 
 .PHONY: venv demo test lint bench clean
 
@@ -29,6 +31,7 @@ $(TEST_STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/openllmetry-0.62 $(OPENLLMETRY_JSON)
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/openai-v2-2.3 $(OPENAI_V2_EVENTS)
+	$(PY) -m pip download --quiet --no-deps --dest $(VENV)/verl-0.9.1 $(VERL_WHEEL)
 	touch $@ $(DEMO_STAMP)
 
 venv: $(TEST_STAMP)

@@ -43,6 +43,14 @@ OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS = "OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_S
 OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS = "OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS"
 """Longer strings are cut with a visible marker. Default ``65536``."""
 
+OTEL_EXPORTER_TRACKIO_MAX_SPAN_ATTRIBUTES = "OTEL_EXPORTER_TRACKIO_MAX_SPAN_ATTRIBUTES"
+"""The OTLP receiver keeps the first this many attributes of a span, event, log record or resource
+(the cut is marked ``otel_trackio.dropped_attributes``). Default ``1024``."""
+
+OTEL_EXPORTER_TRACKIO_MAX_SPAN_EVENTS = "OTEL_EXPORTER_TRACKIO_MAX_SPAN_EVENTS"
+"""The OTLP receiver keeps the first this many events of a span (the cut is marked
+``otel_trackio.dropped_events``). Default ``1024``."""
+
 OTEL_EXPORTER_TRACKIO_TOKEN_DECODER = "OTEL_EXPORTER_TRACKIO_TOKEN_DECODER"
 """``module:function`` turning token id lists into text; ``none``/``off`` or unset: no decoding."""
 
@@ -54,7 +62,20 @@ OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS = "OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIO
 
 OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS = "OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS"
 """Histogram statistics logged as plots, a comma list of ``count,sum,mean,min,max``.
-Default ``mean,max``."""
+Default ``mean,min,max`` (what verl logs: for a 0/1 reward the mean is the success rate, min and
+max say whether any sample failed or scored)."""
+
+OTEL_EXPORTER_TRACKIO_COUNTER_TOTALS = "OTEL_EXPORTER_TRACKIO_COUNTER_TOTALS"
+"""``true``: counters plot their running total. Default ``false``: what was added at each step."""
+
+OTEL_EXPORTER_TRACKIO_OUTCOME_ATTRIBUTES = "OTEL_EXPORTER_TRACKIO_OUTCOME_ATTRIBUTES"
+"""Attribute names that are a sample's outcome, a comma list: they lead the Trace header and are
+columns of the per-step outcome table; the first one a sample has is shown in its status pill.
+Default ``reward``."""
+
+OTEL_EXPORTER_TRACKIO_OUTCOME_TABLE_KEY = "OTEL_EXPORTER_TRACKIO_OUTCOME_TABLE_KEY"
+"""Trackio key of the per-step outcome table (Media & Tables tab); ``none``/``off``: no table.
+Default ``rollout/outcomes``."""
 
 OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP = "OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP"
 """Keep at most this many samples per step in this process (a ``StepSampler``). Default: all."""

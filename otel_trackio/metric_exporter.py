@@ -37,7 +37,8 @@ from otel_trackio.settings import TrackioSettings, settings_for
 
 _logger = logging.getLogger("otel_trackio")
 
-# Counters report totals (a rising line); histograms report one distribution per interval.
+# The SDK keeps counter totals (the converter plots what each step added, or the total with
+# counter_totals=True); histograms report one distribution per interval.
 DEFAULT_TEMPORALITY: dict[type, AggregationTemporality] = {
     Counter: AggregationTemporality.CUMULATIVE,
     UpDownCounter: AggregationTemporality.CUMULATIVE,
@@ -77,9 +78,10 @@ class TrackioMetricExporter(MetricExporter):
     """An OTel ``MetricExporter`` that logs instruments as Trackio scalars at the training step.
 
     Use it with a ``PeriodicExportingMetricReader`` (or ``math.inf`` interval and ``force_flush``).
-    Sums and gauges become one value per series; histograms become the ``histogram_stats``
-    among ``/count``, ``/sum``, ``/mean``, ``/min``, ``/max`` (default ``/mean`` and ``/max``;
-    and ``/distribution`` with ``log_distributions=True``). Each
+    A counter plots what was added at each step (``counter_totals=True``: its running total);
+    up-down counters and gauges plot their value; histograms become the ``histogram_stats``
+    among ``/count``, ``/sum``, ``/mean``, ``/min``, ``/max`` (default ``/mean``, ``/min`` and
+    ``/max``, as verl logs a reward; and ``/distribution`` with ``log_distributions=True``). Each
     attribute set is its own series ``<name>/<key>=<value>`` (keys sorted, ``step`` left out).
 
     Step of a point: its ``step`` attribute; else the latest rollout step known in this process
@@ -91,7 +93,8 @@ class TrackioMetricExporter(MetricExporter):
         project, name: the Trackio project and run, when no run is given or active.
         run: a ``trackio.Run`` to log into (never finished by the exporter).
         settings: a :class:`~otel_trackio.TrackioSettings` (``step_attribute``,
-            ``histogram_stats``, ``log_distributions``, the run's ``trackio.init`` options).
+            ``histogram_stats``, ``log_distributions``, ``counter_totals``, the run's
+            ``trackio.init`` options).
         preferred_temporality, preferred_aggregation: the standard OTel exporter preferences,
             merged over the defaults (counters cumulative, histograms delta).
         **options: any setting by name, applied over ``settings``; any other keyword goes to
@@ -123,6 +126,7 @@ class TrackioMetricExporter(MetricExporter):
             step_attribute=settings.step_attribute,
             stats=settings.histogram_stats,
             distributions=settings.log_distributions,
+            counter_increments=not settings.counter_totals,
             reserved_keys=_trackio.reserved_keys(),
         )
         self._lock = threading.Lock()

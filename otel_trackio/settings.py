@@ -95,6 +95,24 @@ def _stat_names(raw: str) -> tuple[str, ...]:
     return tuple(name.strip().lower() for name in raw.split(",") if name.strip())
 
 
+def _names(raw: str) -> tuple[str, ...]:
+    if raw.lower() in _OFF:
+        return ()
+    return tuple(name.strip() for name in raw.split(",") if name.strip())
+
+
+def _are_names(value: Any) -> bool:
+    return (
+        isinstance(value, (tuple, list))
+        and all(isinstance(name, str) and name for name in value)
+        and len(set(value)) == len(value)
+    )
+
+
+def _key_or_off(raw: str) -> str | None:
+    return None if raw.lower() in _OFF else raw
+
+
 def _are_stats(value: Any) -> bool:
     return (
         isinstance(value, (tuple, list))
@@ -163,6 +181,16 @@ _STATS = _Kind(
     _are_stats,
     _stat_names,
 )
+_NAMES = _Kind(
+    "expected a tuple of distinct non-empty names (a comma list in the environment)",
+    _are_names,
+    _names,
+)
+_KEY_OR_OFF = _Kind(
+    "expected a non-empty string, or None (none/off in the environment)",
+    lambda v: v is None or (isinstance(v, str) and bool(v)),
+    _key_or_off,
+)
 _MAPPING = _Kind("expected a mapping", lambda v: isinstance(v, Mapping), json.loads)
 
 
@@ -184,6 +212,11 @@ class TrackioSettings:
         ``trackio.init`` keyword (``config``, ``private``, ...).
     Traces:
         key: the Trackio key the Traces are logged under.
+        outcome_attributes: the attribute names that are a sample's outcome (``reward``, a
+            judge's ``correct``...): first in the Trace header, columns of the outcome table;
+            the first one a finished sample has is written in its status pill (``reward 1``).
+        outcome_table_key: the key of the per-step outcome table, a ``trackio.Table`` of one
+            row per sample in the Media & Tables tab (None: no table).
         step_attribute, sample_attribute: span attribute names of the step and sample index.
         sample_ttl_seconds: a trace idle this long is logged as partial.
         sample_grace_seconds: how long a completed sample waits for spans and GenAI log events of
@@ -193,6 +226,11 @@ class TrackioSettings:
         max_buffered_spans: past this many waiting spans (and log events waiting for their
             span) the oldest samples go out as partial.
         max_value_chars: longer strings are cut with a visible marker.
+        max_span_attributes, max_span_events: the OTLP receiver keeps the first this many
+            attributes of a span (also of an event, a log record, a resource) and events of a
+            span, marking the cut (``otel_trackio.dropped_attributes`` / ``dropped_events``), as
+            the OTel SDK's ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`` does; in process the SDK's own
+            limits apply.
         token_decoder: turns token id lists on spans into text (on the export thread).
         token_id_attributes: which span attributes hold token ids, and the side each fills.
         offload: the span exporter only turns spans into compact records and spools them; a
@@ -205,6 +243,8 @@ class TrackioSettings:
     Metrics:
         log_distributions: also log histogram buckets as a ``trackio.Histogram``.
         histogram_stats: which statistics of a histogram become plots (``<name>/<stat>``).
+        counter_totals: counters plot their running total instead of what was added at each
+            step.
     Sampling (``configure()`` and the zero-code setup install a ``StepSampler``):
         max_samples_per_step: keep at most this many samples per step (None: all).
         sampling_seed: the sampler's seed; the same in every worker makes them agree.
@@ -219,6 +259,12 @@ class TrackioSettings:
     trackio_init: Mapping[str, Any] = _setting({}, _MAPPING)
 
     key: str = _setting("rollout/traces", _TEXT, env.OTEL_EXPORTER_TRACKIO_KEY)
+    outcome_attributes: tuple[str, ...] = _setting(
+        ("reward",), _NAMES, env.OTEL_EXPORTER_TRACKIO_OUTCOME_ATTRIBUTES
+    )
+    outcome_table_key: str | None = _setting(
+        "rollout/outcomes", _KEY_OR_OFF, env.OTEL_EXPORTER_TRACKIO_OUTCOME_TABLE_KEY
+    )
     step_attribute: str = _setting("step", _TEXT, env.OTEL_EXPORTER_TRACKIO_STEP_ATTRIBUTE)
     sample_attribute: str = _setting(
         "sample_index", _TEXT, env.OTEL_EXPORTER_TRACKIO_SAMPLE_ATTRIBUTE
@@ -233,6 +279,8 @@ class TrackioSettings:
         100_000, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_BUFFERED_SPANS
     )
     max_value_chars: int = _setting(64 * 1024, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_VALUE_CHARS)
+    max_span_attributes: int = _setting(1024, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_SPAN_ATTRIBUTES)
+    max_span_events: int = _setting(1024, _COUNT, env.OTEL_EXPORTER_TRACKIO_MAX_SPAN_EVENTS)
     token_decoder: TokenDecoder | None = _setting(
         None, _DECODER, env.OTEL_EXPORTER_TRACKIO_TOKEN_DECODER
     )
@@ -246,8 +294,9 @@ class TrackioSettings:
 
     log_distributions: bool = _setting(False, _BOOL, env.OTEL_EXPORTER_TRACKIO_LOG_DISTRIBUTIONS)
     histogram_stats: tuple[str, ...] = _setting(
-        ("mean", "max"), _STATS, env.OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS
+        ("mean", "min", "max"), _STATS, env.OTEL_EXPORTER_TRACKIO_HISTOGRAM_STATS
     )
+    counter_totals: bool = _setting(False, _BOOL, env.OTEL_EXPORTER_TRACKIO_COUNTER_TOTALS)
 
     max_samples_per_step: int | None = _setting(
         None, _CAP, env.OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP
@@ -264,6 +313,7 @@ class TrackioSettings:
         object.__setattr__(self, "trackio_init", dict(self.trackio_init))
         object.__setattr__(self, "token_id_attributes", dict(self.token_id_attributes))
         object.__setattr__(self, "histogram_stats", tuple(self.histogram_stats))
+        object.__setattr__(self, "outcome_attributes", tuple(self.outcome_attributes))
 
     # -- building ---------------------------------------------------------------------------
 

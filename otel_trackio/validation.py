@@ -1,9 +1,11 @@
 """Validation generations as Trackio Traces (what verl's ``ValidationGenerationsLogger`` logs).
 
 Each sample ``(input, output, score)`` — or a dict with ``input``/``output``/``score`` and any
-other fields — becomes a Trace with a user and an assistant message and metadata
-``source="validation_generations"``, ``sample_index``, ``score`` (and the extra fields); all of
-one call are logged in one Trackio log call at ``step``.
+other fields — becomes a Trace with a user and an assistant message and the header a rollout
+sample has: ``step``, ``sample_index``, the score as ``reward`` (one search, ``reward=1``, finds
+rollouts and validation samples alike), a ``status`` saying it (``reward 1``), the extra fields,
+``validate: true``, ``source="validation_generations"``. All of one call are logged in one Trackio
+log call at ``step``, with their outcome table (the rollouts' columns) beside them.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from otel_trackio._core.convert import outcome_status, search_text
+from otel_trackio._core.outcomes import outcome_row
 from otel_trackio._core.values import json_safe, limit, storable
 from otel_trackio._engine.sink import RunLike, TrackioSink
-from otel_trackio.settings import TrackioSettings
+from otel_trackio.settings import TrackioSettings, active_settings
 
 DEFAULT_MAX_VALUE_CHARS: int = TrackioSettings().max_value_chars
 
@@ -25,6 +29,8 @@ SOURCE = "validation_generations"
 _INPUT_KEYS = ("input", "prompt", "question")
 _OUTPUT_KEYS = ("output", "response", "completion", "answer")
 _SCORE_KEYS = ("score", "reward")
+#: The header key of the score: the rollouts' outcome key.
+REWARD = "reward"
 
 
 def _text(value: Any) -> str:
@@ -74,17 +80,17 @@ def generations_to_traces(
         if has_out:
             messages.append({"role": "assistant", "content": _text(given_out)})
         sample_index = extra.pop("sample_index", position)
-        metadata: dict[str, Any] = {
-            "source": SOURCE,
-            "step": step,
-            "sample_index": json_safe(sample_index),
-            "validate": True,
-        }
-        if has_score:
-            metadata["score"] = json_safe(score)
+        metadata: dict[str, Any] = {"step": step, "sample_index": json_safe(sample_index)}
+        fields: dict[str, Any] = {REWARD: json_safe(score)} if has_score else {}
+        metadata.update(fields)
+        metadata["status"] = outcome_status(fields) if has_out else "no output"
         for key, value in extra.items():
-            if key not in metadata:
-                metadata[key] = json_safe(value)
+            if key not in metadata and key not in ("validate", "source", "search"):
+                metadata[key] = fields[key] = json_safe(value)
+        metadata["validate"] = True
+        metadata["source"] = SOURCE
+        if fields:
+            metadata["search"] = search_text(fields)
         traces.append(
             storable(
                 {
@@ -102,6 +108,7 @@ def log_generations(
     step: int,
     *,
     key: str = "val/generations",
+    table_key: str | None = "val/outcomes",
     run: RunLike | None = None,
 ) -> int:
     """Log validation generations as Traces at ``step``, in one Trackio log call.
@@ -109,6 +116,7 @@ def log_generations(
     ``samples``: ``(input, output, score)`` tuples (shorter ones too: ``(input, output)``,
     ``(input,)``), or dicts with ``input``/``output``/``score`` (also ``prompt``/``response``/
     ``reward``) plus any other fields, which go to the metadata. Values need not be strings.
+    ``table_key``: where their outcome table goes (the Media & Tables tab; None: no table).
     ``run``: a ``trackio.Run``; default the run active in this thread (``trackio.init``).
     Returns how many Traces were logged (nothing is logged for no samples).
     """
@@ -123,7 +131,10 @@ def log_generations(
             "first, or pass run=<trackio.Run>."
         ) from None
     try:
-        sink.log_traces(key, traces, int(step))
+        names = active_settings().outcome_attributes
+        names = names if REWARD in names else (REWARD, *names)
+        rows = [outcome_row(trace, names) for trace in traces] if table_key else []
+        sink.log_traces(key, traces, int(step), table=(table_key, rows) if table_key else None)
     finally:
         sink.release()
     return len(traces)

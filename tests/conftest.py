@@ -88,6 +88,30 @@ def read_traces(project: str, run: str | None = None) -> list[dict]:
     return sorted(traces, key=lambda t: (t["step"], t["timestamp"], t["index"]))
 
 
+def trace_usage(trace: dict) -> dict[str, int]:
+    """A Trace's token counts, summed over its spans (the Tokens chip)."""
+    totals: dict[str, int] = {}
+    for span in trace["spans"]:
+        for key, value in (span.get("usage") or {}).items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def root_span_id(trace: dict) -> str | None:
+    """The id of the sample root a Trace shows: its root span in the tree, or the
+    ``root_span_id`` of a part logged apart from its root."""
+    if "root_span_id" in trace["metadata"]:
+        return trace["metadata"]["root_span_id"]
+    roots = [s for s in trace["spans"] if s["parent_id"] is None]
+    return roots[0]["id"] if len(roots) == 1 else None
+
+
+def trace_id(trace: dict) -> str:
+    """The OTel trace id of a Trace (on the spans its tree starts at)."""
+    (found,) = {s["metadata"]["otel.trace_id"] for s in trace["spans"] if s["parent_id"] is None}
+    return found
+
+
 def read_logs(project: str, run: str | None = None) -> list[dict]:
     """Every metrics log row stored for a project (and run)."""
     return SQLiteStorage.get_logs(project, run)

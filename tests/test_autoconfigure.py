@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import read_logs, read_traces
+from conftest import read_logs, read_traces, trace_usage
 from opentelemetry.sdk._logs.export import LogRecordExportResult
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
@@ -119,7 +119,7 @@ def test_opentelemetry_instrument_with_env_vars_only(project, trackio_dir, tmp_p
     assert [(t["step"], t["metadata"]["sample_index"]) for t in traces] == [
         (s, i) for s in range(2) for i in range(4)
     ]
-    assert [t["metadata"]["usage"]["input_tokens"] for t in traces[:4]] == [10, 11, 12, 13]
+    assert [trace_usage(t)["input_tokens"] for t in traces[:4]] == [10, 11, 12, 13]
     assert {t["metadata"]["service_name"] for t in traces} == {"rollout-worker"}
     means = {
         row["step"]: row["rollout.reward/mean"]

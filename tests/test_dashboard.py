@@ -2,11 +2,15 @@
 
 Runs ``examples/rollout_demo.py`` into a fresh project, starts Trackio's dashboard on a loopback
 port, opens the Traces page in headless Chromium (Debian's ``chromium``, never a downloaded
-browser) and reads it as an RL researcher would: a step's rows in sample order, the sample that
-never finished marked "partial", the reward in the expanded row's header, the root span showing
-question → answer, search by reward; then the spans, token counts and the conversation.
-The screenshot goes to ``docs/trace-view.png`` when that file is missing or
-``UPDATE_SCREENSHOTS=1`` (the README shows it); otherwise to the test's temp folder.
+browser) and reads it as an RL researcher would: a step's rows in sample order, each pill
+saying the sample's reward or that it never finished ("partial"), the expanded row's header
+leading with the sample and its outcome, the root span showing question → answer, search by
+reward; then the spans, token counts and the conversation; then the step's outcome table in the
+Media & Tables tab (which scored, what they answered, which failed or stopped).
+Every check waits for the state it reads (the sorted order, the expanded row), never a sleep: the
+page re-renders as its data comes, later on a busy machine.
+The screenshots go to ``docs/trace-view.png`` and ``docs/outcome-table.png`` when missing or
+``UPDATE_SCREENSHOTS=1`` (the README shows them); otherwise to the test's temp folder.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from conftest import read_traces
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = ROOT / "docs" / "trace-view.png"
+TABLE_SCREENSHOT = ROOT / "docs" / "outcome-table.png"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 if not CHROMIUM.exists() and not IN_CI:
@@ -86,6 +91,20 @@ def _text(page) -> str:
     return " ".join(page.inner_text("body").split())
 
 
+# True once the list shows the given requests, each once, in this order (other rows aside).
+_ROWS_IN_ORDER = """(questions) => {
+    const shown = [...document.querySelectorAll("tr.trace-row .request")]
+        .map((cell) => cell.textContent.trim())
+        .filter((text) => questions.includes(text));
+    return shown.length === questions.length && shown.every((q, i) => q === questions[i]);
+}"""
+
+
+def _pill(value: float) -> str:
+    """The status pill of a sample that ran to its end with this reward."""
+    return f"reward {value:g}"
+
+
 def test_a_demo_sample_in_the_trackio_traces_page(demo_project, dashboard, tmp_path):
     assert CHROMIUM.exists(), "CI must install Debian's chromium (.ci/run does)"
     traces = read_traces(demo_project, "demo")
@@ -102,12 +121,16 @@ def test_a_demo_sample_in_the_trackio_traces_page(demo_project, dashboard, tmp_p
     sample = by_sample[(2, 6)]
     question, answer = questions[6], sample["messages"][-1]["content"]
     meta = sample["metadata"]
+    rewards = [by_sample[(2, i)]["metadata"]["reward"] for i in range(7)]
+    assert 0.0 in rewards and 1.0 in rewards  # the step has wrong and right answers
+    # The header leads with who the sample is and how it did; what the chips show (latency,
+    # tokens, operations) and the OTel ids are not in it.
     header = (
-        f"step: 2 sample_index: 6 rollout_n: 0 validate: false reward: {meta['reward']:g} "
-        f"expected: {meta['expected']} status: success"
+        f"step: 2 sample_index: 6 rollout_n: 0 reward: {meta['reward']:g} "
+        f"status: {_pill(meta['reward'])} expected: {meta['expected']} service_name: rollout-demo"
     )
     final_chat = [s for s in sample["spans"] if s["name"].startswith("chat ")][-1]
-    total_tokens = meta["usage"]["total_tokens"]
+    total_tokens = sum(s["usage"]["total_tokens"] for s in sample["spans"] if "usage" in s)
 
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -121,18 +144,18 @@ def test_a_demo_sample_in_the_trackio_traces_page(demo_project, dashboard, tmp_p
             step_filter.select_option("2")
             sort = page.locator("select", has=page.locator("option", has_text="Oldest first"))
             sort.select_option("request_time_asc")
-            page.get_by_text(questions[0], exact=True).wait_for()
-
             # The step's rows in sample order (logged so; "Oldest first" lists a log call as
-            # logged), the stuck sample last and marked partial.
-            text = _text(page)
-            positions = [text.index(q) for q in questions]
-            assert positions == sorted(positions), positions
-            partial_row = page.locator("tr", has_text=questions[7])
-            assert re.search(r"\bpartial\b", partial_row.inner_text(), re.IGNORECASE)
-            for q in questions[:7]:
-                row = page.locator("tr", has_text=q).inner_text()
-                assert re.search(r"\bsuccess\b", row, re.IGNORECASE), row
+            # logged), the stuck sample last: wait until the list is sorted so, whatever the
+            # order it showed first.
+            page.wait_for_function(_ROWS_IN_ORDER, arg=questions)
+
+            # Each row's pill says what became of the sample: its reward, or "partial".
+            partial_row = page.locator("tr.trace-row", has_text=questions[7]).inner_text()
+            assert re.search(r"\bpartial\b", partial_row, re.IGNORECASE), partial_row
+            for q, reward in zip(questions[:7], rewards, strict=True):
+                row = page.locator("tr.trace-row", has_text=q).inner_text()
+                assert _pill(reward) in " ".join(row.split()).lower(), row
+                assert "success" not in row.lower(), row
 
             # Expanded: the reward right after the sample's identity in the header, and the
             # root span (selected by default) showing the question and the final answer.
@@ -140,6 +163,8 @@ def test_a_demo_sample_in_the_trackio_traces_page(demo_project, dashboard, tmp_p
             page.get_by_text(re.compile(r"^execution$", re.IGNORECASE)).wait_for()
             text = _text(page)
             assert header in text, text
+            for noise in ("duration_ms", "span_count", "usage:", "trace_id", "validate"):
+                assert noise not in text, noise
             root_panel = re.escape(f"{question} OUTPUT {answer}")
             assert re.search(rf"SPAN rollout .*INPUT {root_panel}", text, re.IGNORECASE), text
             for name in ("rollout", final_chat["name"], "execute_tool calculator", "reward"):
@@ -169,7 +194,7 @@ def test_a_demo_sample_in_the_trackio_traces_page(demo_project, dashboard, tmp_p
 
             # The stuck sample, expanded: its pill and header say what happened.
             page.get_by_text(questions[7], exact=True).first.click()
-            page.get_by_text("partial_reason: flush").wait_for()
+            page.get_by_text(re.compile("partial_reason: flush")).wait_for()
             assert "status: partial partial: true partial_reason: flush" in _text(page)
 
             # Search by outcome: Trackio matches metadata values, and "reward=0" is one.
@@ -185,10 +210,45 @@ def test_a_demo_sample_in_the_trackio_traces_page(demo_project, dashboard, tmp_p
             text = _text(page)
             assert all(q in text for q in failed)
             assert not any(q in text for q in scored)
+
+            # The Media & Tables tab: per step, one table of its samples.
+            table_shot = tmp_path / "outcome-table.png"
+            _read_the_outcome_table(page, dashboard, demo_project, by_sample, table_shot)
         finally:
             browser.close()
 
-    assert shot.stat().st_size > 10_000
-    if not SCREENSHOT.exists() or os.environ.get("UPDATE_SCREENSHOTS") == "1":
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        shutil.copyfile(shot, SCREENSHOT)
+    for picture, target in ((shot, SCREENSHOT), (table_shot, TABLE_SCREENSHOT)):
+        assert picture.stat().st_size > 10_000
+        if not target.exists() or os.environ.get("UPDATE_SCREENSHOTS") == "1":
+            target.parent.mkdir(exist_ok=True)
+            shutil.copyfile(picture, target)
+
+
+def _read_the_outcome_table(page, dashboard: str, project: str, by_sample, shot: Path) -> None:
+    """Step 2's table, read without opening a Trace: which samples scored, what each answered,
+    which one stopped (and why), in sample order; one table per step."""
+    page.goto(f"{dashboard}/media?project={project}")
+    sections = page.locator(".table-section", has_text="rollout/outcomes")
+    step_2 = sections.filter(has_text="Step: 2")
+    step_2.first.wait_for()
+    assert sections.count() == 3  # one table per step
+    assert step_2.count() == 1
+    table = step_2.first.locator("table")
+    headers = [" ".join(h.split()).lower() for h in table.locator("th").all_inner_texts()]
+    assert headers[:6] == ["sample_index", "rollout_n", "reward", "status", "detail", "answer"]
+    assert headers[6:] == ["turns", "tokens", "latency_ms"]
+    rows = [
+        [" ".join(cell.split()) for cell in row.locator("td").all_inner_texts()]
+        for row in table.locator("tbody tr").all()
+    ]
+    assert [row[0] for row in rows] == [str(i) for i in range(8)]  # in sample order
+    for i, row in enumerate(rows[:7]):
+        meta = by_sample[(2, i)]["metadata"]
+        answer = by_sample[(2, i)]["messages"][-1]["content"]
+        assert row[2] == f"{meta['reward']:g}" and row[3] == "success", row
+        assert row[5] == answer, row
+        assert row[6] == "2" and int(row[7]) > 0, row  # two model turns, their tokens
+    stuck = rows[7]
+    assert stuck[2] == "" and stuck[3] == "partial" and stuck[4] == "flush", stuck
+    step_2.first.scroll_into_view_if_needed()
+    page.screenshot(path=str(shot))

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import read_traces
+from conftest import read_traces, trace_usage
 from test_conventions import SAMPLE, _event, facts_of, one_trace, traced
 
 from otel_trackio._core.conventions import dialects
@@ -254,7 +254,7 @@ def test_wrapper_and_preparation_spans_are_no_model_calls(project):
     ]
     kinds = {s["name"]: s["kind"] for s in trace["spans"]}
     assert kinds == {"rollout": "span", "prepare": "span", "outer": "span", "inner": "generation"}
-    assert trace["metadata"]["usage"] == {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}
+    assert trace_usage(trace) == {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}
     outer = next(s for s in trace["spans"] if s["name"] == "outer")
     assert outer["output"] == "assistant: hello"  # the span still shows what it carried
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import trackio
-from conftest import read_traces
+from conftest import read_traces, trace_id, trace_usage
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -110,8 +110,8 @@ def test_nested_spans_become_one_trace_with_the_right_tree(project):
     meta = trace["metadata"]
     assert meta["step"] == 4 and meta["sample_index"] == 2
     assert meta["status"] == "success"
-    assert len(meta["trace_id"]) == 32
-    assert meta["usage"] == {"input_tokens": 11, "output_tokens": 0, "total_tokens": 11}
+    assert len(trace_id(trace)) == 32
+    assert trace_usage(trace) == {"input_tokens": 11, "output_tokens": 0, "total_tokens": 11}
     assert "service_name" not in meta  # the SDK's unknown_service:<process> says nothing
 
 
@@ -183,7 +183,12 @@ def test_each_export_logs_one_batch_per_step(project):
     exporter = TrackioSpanExporter(project=project, name="r")
     calls = []
     real_log = exporter.run.log
-    exporter.run.log = lambda metrics, step=None: (calls.append(step), real_log(metrics, step=step))
+    def log(metrics, step=None):
+        if "rollout/traces" in metrics:  # (the outcome tables are logged apart)
+            calls.append(step)
+        real_log(metrics, step=step)
+
+    exporter.run.log = log
     assert exporter.export(memory.get_finished_spans()) is SpanExportResult.SUCCESS
     exporter.shutdown()
     assert sorted(calls) == [0, 1]
@@ -323,7 +328,7 @@ def test_a_late_span_becomes_a_continuation_of_its_sample(project):
     assert late["metadata"]["partial"] is True and late["metadata"]["partial_reason"] == "late"
     assert (late["metadata"]["status"], first["metadata"]["status"]) == ("partial", "success")
     assert late["metadata"]["sample_index"] == 1
-    assert late["metadata"]["trace_id"] == first["metadata"]["trace_id"]
+    assert trace_id(late) == trace_id(first)
 
 
 def test_ttl_logs_an_idle_sample_as_partial(project):
@@ -413,11 +418,13 @@ def test_usage_totals_count_generation_spans_only(project):
                 pass
     provider.shutdown()
     (trace,) = read_traces(project, "r")
-    assert trace["metadata"]["usage"] == {
+    assert trace_usage(trace) == {  # what the Tokens chip sums: the model calls only
         "input_tokens": 10,
         "output_tokens": 0,
         "total_tokens": 10,
     }
+    agent = next(s for s in trace["spans"] if s["name"] == "agent")
+    assert agent["metadata"]["usage"]["input_tokens"] == 100  # the agent's own total, kept
 
 
 def test_an_active_user_run_is_reused_and_not_finished(project):

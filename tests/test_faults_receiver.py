@@ -13,16 +13,14 @@ import random
 import resource
 import socket
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 from conftest import read_traces
 from fault_tally import tally
+from hostile_clients import sample
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from opentelemetry.proto.common.v1 import common_pb2
-from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_trackio.receiver import OTLPReceiver
 
@@ -30,42 +28,10 @@ PROTOBUF = {"Content-Type": "application/x-protobuf"}
 LIMIT = 64 * 1024
 
 
-def _request(step: int, index: int, pad: int = 0) -> trace_service_pb2.ExportTraceServiceRequest:
-    """One two-span sample; ``pad`` characters of filler make the body as large as wanted."""
-    trace_id = uuid.uuid4().bytes
-
-    def attr(key: str, value: object) -> common_pb2.KeyValue:
-        if isinstance(value, int):
-            return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(int_value=value))
-        return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=str(value)))
-
-    root = trace_pb2.Span(
-        trace_id=trace_id,
-        span_id=b"\x00" * 7 + b"\x01",
-        name="sample",
-        start_time_unix_nano=1,
-        end_time_unix_nano=10,
-        attributes=[attr("step", step), attr("sample_index", index), attr("pad", "p" * pad)],
-    )
-    child = trace_pb2.Span(
-        trace_id=trace_id,
-        span_id=b"\x00" * 7 + b"\x02",
-        parent_span_id=root.span_id,
-        name="generate",
-        start_time_unix_nano=2,
-        end_time_unix_nano=9,
-    )
-    return trace_service_pb2.ExportTraceServiceRequest(
-        resource_spans=[
-            trace_pb2.ResourceSpans(scope_spans=[trace_pb2.ScopeSpans(spans=[child, root])])
-        ]
-    )
-
-
 def _body_of_size(step: int, index: int, size: int) -> bytes:
     pad = max(0, size - 200)
     for _ in range(10):
-        body = _request(step, index, pad).SerializeToString()
+        body = sample(step, index, pad=pad).SerializeToString()
         if len(body) == size:
             return body
         pad += size - len(body)
@@ -86,7 +52,7 @@ def _stored(project: str) -> set[tuple[int, int]]:
 def test_garbage_gets_4xx_and_good_clients_keep_their_data(project, receiver):
     url = receiver.url + "/v1/traces"
     rng = random.Random(9)
-    good = _request(0, 0).SerializeToString()
+    good = sample(0, 0).SerializeToString()
     bomb = gzip.compress(bytes(LIMIT * 64), compresslevel=9)
     statuses: dict[int, int] = {}
     sent_good: set[tuple[int, int]] = set()
@@ -105,7 +71,7 @@ def test_garbage_gets_4xx_and_good_clients_keep_their_data(project, receiver):
         elif kind == 4:
             body, headers = bomb, {**PROTOBUF, "Content-Encoding": "gzip"}
         else:
-            body = _request(1, i).SerializeToString()
+            body = sample(1, i).SerializeToString()
             sent_good.add((1, i))
         response = session.post(url, data=body, headers=headers, timeout=30)
         statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
@@ -141,7 +107,7 @@ def test_ten_thousand_tiny_requests_keep_memory_bounded(project, receiver):
     with ThreadPoolExecutor(4) as pool:
         bad = sum(pool.map(client, [2500] * 4))
     tally.tried("receiver", 10_000)
-    ok = requests.post(url, data=_request(5, 5).SerializeToString(), headers=PROTOBUF, timeout=30)
+    ok = requests.post(url, data=sample(5, 5).SerializeToString(), headers=PROTOBUF, timeout=30)
     rss_growth_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
     receiver.stop()
     assert bad == 0
@@ -160,7 +126,7 @@ def _raw_post_headers(receiver: OTLPReceiver, length: int) -> bytes:
 
 def test_slow_client_and_vanishing_client_do_not_hold_up_others(project, receiver):
     url = receiver.url + "/v1/traces"
-    slow_body = _request(2, 0).SerializeToString()
+    slow_body = sample(2, 0).SerializeToString()
     slow = socket.create_connection(("127.0.0.1", receiver.port), timeout=30)
     slow.sendall(_raw_post_headers(receiver, len(slow_body)) + slow_body[:10])
     # A client that disappears mid-body.
@@ -170,7 +136,7 @@ def test_slow_client_and_vanishing_client_do_not_hold_up_others(project, receive
     # Others are served while the slow client is still sending.
     for i in range(5):
         response = requests.post(
-            url, data=_request(3, i).SerializeToString(), headers=PROTOBUF, timeout=30
+            url, data=sample(3, i).SerializeToString(), headers=PROTOBUF, timeout=30
         )
         assert response.status_code == 200
     for start in range(10, len(slow_body), 40):

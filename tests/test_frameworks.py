@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_traces
+from conftest import read_traces, root_span_id, trace_usage
 from fake_openai_server import (
     INPUT_TOKENS,
     MODEL,
@@ -160,7 +160,7 @@ def check_model_calls(trace: dict, names: list[str]) -> None:
         assert span["model"] == MODEL
         assert span["usage"]["input_tokens"] == INPUT_TOKENS
         assert span["usage"]["output_tokens"] == OUTPUT_TOKENS
-    assert trace["metadata"]["usage"] == USAGE
+    assert trace_usage(trace) == USAGE
 
 
 def check_framework(framework: str, mode: str, project: str, call: str) -> list[dict]:
@@ -189,7 +189,7 @@ def test_litellm_default_mode_is_detected(project):
     assert len(roots) == STEPS * SAMPLES
     full = sent(requests[1], reply_for(requests[1]))
     for trace in roots:
-        root = next(s for s in trace["spans"] if s["id"] == trace["metadata"]["root_span_id"])
+        root = next(s for s in trace["spans"] if s["id"] == root_span_id(trace))
         messages = stored(trace)
         # LiteLLM's bookkeeping on the root stays on the span, out of the Trace header.
         assert not [k for k in trace["metadata"] if k.startswith(("litellm", "metadata", "hidden"))]

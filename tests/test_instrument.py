@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pydantic
 import pytest
-from conftest import read_traces
+from conftest import read_traces, trace_id
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -97,7 +97,7 @@ def test_256_concurrent_asyncio_samples_land_as_256_traces_each_with_only_its_ow
         tag = f"s{key[0]}-i{key[1]}-n{key[2]}"
         assert t["step"] == meta["step"]
         assert meta.get("partial") is not True
-        assert meta["validate"] is False
+        assert "validate" not in meta  # a rollout: no validate: false in the header
         names = sorted(s["name"] for s in t["spans"])
         assert names == ["calculator", "generate", "rollout", "score"], names
         # Every recorded value in the Trace is this sample's own.
@@ -127,7 +127,7 @@ def test_samples_under_a_step_span_are_its_children_and_still_one_trace_each(pro
     provider.shutdown()
     samples = [t for t in read_traces(project, "r") if "sample_index" in t["metadata"]]
     assert sorted(t["metadata"]["sample_index"] for t in samples) == list(range(8))
-    trace_ids = {t["metadata"]["trace_id"] for t in samples}
+    trace_ids = {trace_id(t) for t in samples}
     assert len(trace_ids) == 1  # one OTel trace (the step's), eight Trackio Traces
     for t in samples:
         assert len(t["spans"]) == 4
@@ -148,7 +148,7 @@ def test_validate_and_rollout_n_reach_the_metadata(project):
     assert by_index[5]["validate"] is True
     assert by_index[5]["rollout_n"] == 2
     assert by_index[5]["step"] == 3
-    assert by_index["prompt-9"]["validate"] is False
+    assert "validate" not in by_index["prompt-9"]
     assert "rollout_n" not in by_index["prompt-9"]
 
 
@@ -482,17 +482,17 @@ def test_verl_style_example_runs_and_decodes_tokens(tmp_path):
         assert t["messages"][0]["content"].startswith("What is")  # decoded token ids
         assert "reward" in next(s for s in t["spans"] if s["parent_id"] is None)["metadata"]
     assert all(len(indices) <= 3 for indices in per_step.values())
-    assert all(t["metadata"]["validate"] is (t["step"] == 3) for t in samples)
+    assert all(("validate" in t["metadata"]) is (t["step"] == 3) for t in samples)
     # The header leads with the sample and its outcome; the root shows question -> answer.
     for t in samples:
         training = t["step"] < 3
-        assert list(t["metadata"])[: 6 if training else 4] == [
+        assert list(t["metadata"])[: 6 if training else 5] == [
             "step",
             "sample_index",
-            *(["rollout_n"] if training else []),
-            "validate",
-            *(["prompt_uid"] if training else []),
+            *(["rollout_n"] if training else ["validate"]),
             "reward",
+            "status",
+            *(["prompt_uid"] if training else []),
         ]
         root = next(s for s in t["spans"] if s["parent_id"] is None)
         assert root["input"].startswith("What is") and root["output"].startswith("The answer is")

@@ -24,7 +24,7 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import read_traces
+from conftest import read_traces, root_span_id, trace_usage
 from fake_openai_server import INPUT_TOKENS, MODEL, OUTPUT_TOKENS, FakeOpenAIServer
 from opentelemetry.instrumentation._semconv import _OpenTelemetrySemanticConventionStability
 from opentelemetry.sdk._logs import LoggerProvider
@@ -211,8 +211,8 @@ def _check_span_facts(trace: dict) -> None:
         assert span["usage"]["input_tokens"] == INPUT_TOKENS
         assert span["usage"]["output_tokens"] == OUTPUT_TOKENS
         assert span["usage"]["total_tokens"] == INPUT_TOKENS + OUTPUT_TOKENS
-        assert span["parent_id"] == trace["metadata"]["root_span_id"]
-    assert trace["metadata"]["usage"]["input_tokens"] == 2 * INPUT_TOKENS
+        assert span["parent_id"] == root_span_id(trace)
+    assert trace_usage(trace)["input_tokens"] == 2 * INPUT_TOKENS
     (tool,) = [s for s in trace["spans"] if s["kind"] == "tool"]
     assert tool["input"] == {"expr": "2+2"}
     assert tool["output"] == "4"
@@ -264,7 +264,7 @@ SUBPROCESS_SCRIPT = """
 import sys, types
 from importlib.metadata import version
 # conftest would point TRACKIO_DIR at a new temp folder; this process must use the parent's.
-sys.modules["conftest"] = types.SimpleNamespace(read_traces=None)
+sys.modules["conftest"] = types.SimpleNamespace(read_traces=0, root_span_id=0, trace_usage=0)
 import test_instrumentations as t
 print(version("opentelemetry-instrumentation-openai"))
 t.run_conversation("openllmetry", sys.argv[1], sys.argv[2])
@@ -334,7 +334,7 @@ OPENAI_V2_EVENTS = ROOT / ".venv" / "openai-v2-2.3"
 PER_MESSAGE_SCRIPT = """
 import json, os, sys, types
 from importlib.metadata import version
-sys.modules["conftest"] = types.SimpleNamespace(read_traces=None)
+sys.modules["conftest"] = types.SimpleNamespace(read_traces=0, root_span_id=0, trace_usage=0)
 os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "true"
 import test_instrumentations as t
 print(version("opentelemetry-instrumentation-openai-v2"))

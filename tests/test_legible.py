@@ -68,16 +68,19 @@ def test_root_user_attributes_lead_the_header_and_conventions_stay_on_the_span(p
 
     (trace,) = read_traces(project, "r")
     meta = trace["metadata"]
-    assert list(meta)[:9] == [
+    # Identity, then the outcome (the reward, the status pill saying it), then the user's
+    # other fields in the order they were set; the search text last.
+    assert list(meta) == [
         "step",
         "sample_index",
         "rollout_n",
+        "reward",
+        "status",
         "prompt_uid",
         "tags",
         "long_text",
-        "reward",
         "correct",
-        "status",
+        "search",
     ]
     assert (meta["prompt_uid"], meta["tags"], meta["reward"], meta["correct"]) == (
         "p-17",
@@ -85,11 +88,12 @@ def test_root_user_attributes_lead_the_header_and_conventions_stay_on_the_span(p
         1.0,
         True,
     )
-    assert meta["status"] == "success"
-    assert meta["duration_ms"] == round(meta["duration_ms"], 3)  # no nanosecond digits
+    assert meta["status"] == "reward 1"
     assert meta["long_text"].startswith("x" * HEADER_VALUE_CHARS + "…[otel-trackio cut 744")
-    # The OTel ids come after the user's fields and the outcome, and the search text last.
-    assert list(meta)[-3:] == ["trace_id", "root_span_id", "search"]
+    # What the chips show (latency, tokens, operations) and the OTel ids are not in the header:
+    # the trace id is on the root span, whose id is the root span id.
+    for key in ("duration_ms", "usage", "span_count", "trace_id", "root_span_id", "validate"):
+        assert key not in meta
     for key in (
         "gen_ai.agent.name",
         "http.route",
@@ -100,6 +104,8 @@ def test_root_user_attributes_lead_the_header_and_conventions_stay_on_the_span(p
         assert key not in meta
     # The root span keeps every attribute it had, whole.
     root_span = next(s for s in trace["spans"] if s["name"] == "rollout")
+    assert root_span["id"] == f"{root.get_span_context().span_id:016x}"
+    assert root_span["metadata"]["otel.trace_id"] == f"{root.get_span_context().trace_id:032x}"
     assert root_span["metadata"]["_note"] == "debug only"
     assert root_span["metadata"]["status"] == "mine"
     assert root_span["metadata"]["long_text"] == "x" * 1000
@@ -125,7 +131,7 @@ def test_scores_on_child_spans_reach_the_header_and_the_root_wins(project):
 
     (trace,) = read_traces(project, "r")
     meta = trace["metadata"]
-    user = {k: meta[k] for k in list(meta)[2 : list(meta).index("status")]}
+    user = {k: meta[k] for k in list(meta)[2:-1] if k != "status"}
     assert user == {
         "reward": 1.0,
         "turn_score": 0.5,  # the judge span that ended last
@@ -133,6 +139,7 @@ def test_scores_on_child_spans_reach_the_header_and_the_root_wins(project):
         "turn": 1,
         "expected": 42,
     }
+    assert meta["status"] == "reward 1"  # the root's reward, not the reward span's
     assert "verdict" not in meta and "_raw" not in meta
     assert "gen_ai.usage.input_tokens" not in meta  # numbers of a convention are not scores
     assert meta["search"] == "reward=1.0 turn_score=0.5 passed=true turn=1 expected=42"

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import read_traces
+from conftest import read_traces, root_span_id
 from opentelemetry import trace as otel_trace
 from opentelemetry._logs import LogRecord
 from opentelemetry.sdk._logs import LoggerProvider
@@ -76,7 +76,7 @@ def test_events_later_than_the_grace_period_are_a_continuation_of_their_sample(p
     assert first["messages"] == []
     meta = continuation["metadata"]
     assert (continuation["step"], meta["sample_index"], meta["partial_reason"]) == (3, 5, "late")
-    assert meta["root_span_id"] == first["metadata"]["root_span_id"]
+    assert meta["root_span_id"] == root_span_id(first)
     assert continuation["messages"] == [{"role": "user", "content": "hello"}]
     (span,) = continuation["spans"]
     assert span["id"] == f"{chat.get_span_context().span_id:016x}"
@@ -281,7 +281,7 @@ def test_an_event_of_an_unknown_span_of_a_logged_sample_keeps_its_identity(proje
     setup.close()
     first, rest = read_traces(project, "r")
     assert (rest["step"], rest["metadata"]["sample_index"]) == (6, 2)
-    assert rest["metadata"]["root_span_id"] == first["metadata"]["root_span_id"]
+    assert rest["metadata"]["root_span_id"] == root_span_id(first)
     assert rest["metadata"]["partial_reason"] == "flush"
     assert rest["messages"] == [{"role": "user", "content": "after the fact"}]
 

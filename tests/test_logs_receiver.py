@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import read_logs, read_traces
+from conftest import read_logs, read_traces, root_span_id, trace_id
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from otel_trackio._core.assembly import PLACEHOLDER_ATTRIBUTE, PLACEHOLDER_NAME
@@ -172,7 +172,7 @@ def _post(receiver: OTLPReceiver, signal: str, body: dict[str, Any]) -> dict[str
 def _by_trace(project: str) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for trace in read_traces(project, "r"):
-        out.setdefault(trace["metadata"]["trace_id"], []).append(trace)
+        out.setdefault(trace_id(trace), []).append(trace)
     return out
 
 
@@ -204,7 +204,7 @@ def test_events_after_grace_missing_spans_and_unsampled_events(project, start_re
     assert first["messages"] == [] and "partial" not in first["metadata"]
     meta = continuation["metadata"]
     assert (meta["partial_reason"], meta["sample_index"], continuation["step"]) == ("late", 7, 4)
-    assert meta["root_span_id"] == first["metadata"]["root_span_id"]
+    assert meta["root_span_id"] == root_span_id(first)
     assert continuation["messages"] == [{"role": "user", "content": "too late"}]
     (span,) = continuation["spans"]
     assert (span["id"], span["name"]) == (chat, PLACEHOLDER_NAME)

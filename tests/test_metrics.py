@@ -93,8 +93,11 @@ def _gauge(name: str, *points: tuple[float, dict]) -> Metric:
 # -- sums, gauges, attribute sets, steps --------------------------------------------------------
 
 
-def test_counters_and_updown_counters_log_totals_per_attribute_set_at_the_set_step(project):
-    exporter = TrackioMetricExporter(project=project, name="r")
+@pytest.mark.parametrize("totals", [False, True])
+def test_counters_log_per_step_amounts_and_updown_counters_levels_per_attribute_set(
+    project, totals
+):
+    exporter = TrackioMetricExporter(project=project, name="r", counter_totals=totals)
     provider = _provider(exporter)
     meter = provider.get_meter("rollout")
     tokens = meter.create_counter("gen_ai.client.token.usage")
@@ -116,9 +119,13 @@ def test_counters_and_updown_counters_log_totals_per_attribute_set_at_the_set_st
     inp = "gen_ai.client.token.usage/gen_ai.request.model=m/gen_ai.token.type=input"
     out = "gen_ai.client.token.usage/gen_ai.request.model=m/gen_ai.token.type=output"
     assert rows[3][inp] == 100 and rows[3][out] == 7 and rows[3]["rollout.inflight"] == 4
-    assert rows[4][inp] == 150  # cumulative by default: the running total
-    assert rows[4]["rollout.inflight"] == 1
-    assert rows[4][out] == 7  # unchanged total, new step: logged so the line goes on
+    if totals:  # counter_totals=True: the running total
+        assert rows[4][inp] == 150
+        assert rows[4][out] == 7  # unchanged total, new step: logged so the line goes on
+    else:  # by default: what was added at the step
+        assert rows[4][inp] == 50
+        assert rows[4][out] == 0  # nothing added at step 4: logged so the line goes on
+    assert rows[4]["rollout.inflight"] == 1  # an up-down counter is a level: its value
     assert exporter.stats.failed_exports == 0
 
 
@@ -172,6 +179,63 @@ def test_sync_gauge_logs_the_last_value_set(project):
     assert _series(project, "r", "lr") == {8: 0.05}
 
 
+def _plotted(project: str, run: str, key: str) -> dict[int, object]:
+    """What a plot of ``key`` shows at each step: the last value logged at that step."""
+    return _series(project, run, key)
+
+
+@pytest.mark.parametrize("how", ["set_step", "step attribute", "delta temporality"])
+def test_a_counter_adding_10_per_step_plots_10_at_each_step(project, how):
+    """Exported several times per step (a periodic reader does), the plot still shows what
+    the step added, not a running total."""
+    preferred = {Counter: AggregationTemporality.DELTA} if how == "delta temporality" else None
+    exporter = TrackioMetricExporter(project=project, name="r", preferred_temporality=preferred)
+    provider = _provider(exporter)
+    tokens = provider.get_meter("m").create_counter("tokens")
+    for step in range(4):
+        set_step(step)
+        attributes = {"step": step} if how == "step attribute" else {}
+        for _ in range(2):  # two exports within the step, 5 tokens each
+            tokens.add(5, attributes)
+            provider.force_flush()
+    provider.shutdown()
+    assert _plotted(project, "r", "tokens") == {0: 10, 1: 10, 2: 10, 3: 10}
+    at_step_1 = [r["tokens"] for r in read_logs(project, "r") if r["step"] == 1 and "tokens" in r]
+    assert at_step_1 == [5, 10]  # the step's amount so far, then the whole of it
+
+
+def test_counter_totals_plot_the_running_total(project):
+    exporter = TrackioMetricExporter(project=project, name="r", counter_totals=True)
+    provider = _provider(exporter)
+    tokens = provider.get_meter("m").create_counter("tokens")
+    for step in range(3):
+        set_step(step)
+        tokens.add(10)
+        provider.force_flush()
+    provider.shutdown()
+    assert _plotted(project, "r", "tokens") == {0: 10, 1: 20, 2: 30}
+
+
+def test_a_restarted_counter_counts_from_zero(project):
+    """A remote process restarting sends a new stream (a new start time, a lower total): its
+    first amount is its own total, not a negative difference."""
+
+    def point(value: int, start: int, step: int) -> MetricsData:
+        data = Sum(
+            data_points=[NumberDataPoint({}, start, start + 1, value)],
+            aggregation_temporality=AggregationTemporality.CUMULATIVE,
+            is_monotonic=True,
+        )
+        set_step(step)
+        return _data([Metric(name="tokens", description=None, unit=None, data=data)])
+
+    exporter = TrackioMetricExporter(project=project, name="r")
+    for value, start, step in [(10, 1, 0), (30, 1, 1), (4, 2, 2), (9, 2, 3)]:
+        assert exporter.export(point(value, start, step)) is MetricExportResult.SUCCESS
+    exporter.shutdown()
+    assert _plotted(project, "r", "tokens") == {0: 10, 1: 20, 2: 4, 3: 5}
+
+
 def test_cumulative_points_with_an_old_step_are_not_logged_again(project):
     exporter = TrackioMetricExporter(project=project, name="r")
     provider = _provider(exporter)
@@ -220,8 +284,9 @@ def test_histograms_with_step_attribute_are_delta_per_step(project):
     assert sum(1 for r in read_logs(project, "r") if "reward/count" in r) == 2
 
 
-def test_histograms_log_mean_and_max_by_default_and_the_chosen_stats_when_asked(project):
-    """Five plots per instrument bury the Metrics page: by default mean and max only."""
+def test_histograms_log_mean_min_and_max_by_default_and_the_chosen_stats_when_asked(project):
+    """Five plots per instrument bury the Metrics page: by default what verl logs of a reward,
+    mean (for a 0/1 reward: the success rate), min and max (did any sample fail, score)."""
     exporters = {
         "default": TrackioMetricExporter(project=project, name="default"),
         "chosen": TrackioMetricExporter(project=project, name="chosen", histogram_stats=["sum"]),
@@ -239,7 +304,7 @@ def test_histograms_log_mean_and_max_by_default_and_the_chosen_stats_when_asked(
         for run in exporters
     }
     assert keys == {
-        "default": {"reward/mean": 0.625, "reward/max": 1.0},
+        "default": {"reward/mean": 0.625, "reward/min": 0.0, "reward/max": 1.0},
         "chosen": {"reward/sum": 2.5},
     }
 
@@ -381,7 +446,7 @@ def test_without_any_known_step_a_metrics_only_run_advances(project):
         counter.add(1)
         provider.force_flush()
     provider.shutdown()
-    assert _series(project, "r", "episodes") == {0: 1, 1: 2, 2: 3}
+    assert _series(project, "r", "episodes") == {0: 1, 1: 1, 2: 1}
 
 
 def test_without_any_known_step_metrics_join_the_users_steps_without_shifting_them(project):
@@ -402,7 +467,7 @@ def test_without_any_known_step_metrics_join_the_users_steps_without_shifting_th
     run.finish()
 
     assert _series(project, "user", "loss") == {0: 1.0, 1: 0.9, 2: 0.8, 3: 0.7}
-    assert _series(project, "user", "episodes") == {1: 2, 2: 3}
+    assert _series(project, "user", "episodes") == {1: 2, 2: 1}
 
 
 # -- bad values, names, lifecycle ------------------------------------------------------------------

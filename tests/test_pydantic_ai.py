@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import read_traces
+from conftest import read_traces, trace_usage
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from pydantic_ai import Agent
@@ -145,8 +145,8 @@ def test_pydantic_ai_conversation_per_instrumentation_version(project, version, 
         kinds = [s["kind"] for s in trace["spans"]]
         assert (kinds.count("generation"), kinds.count("tool")) == (3, 3)
         usage = run.usage
-        assert trace["metadata"]["usage"]["input_tokens"] == usage.input_tokens
-        assert trace["metadata"]["usage"]["output_tokens"] == usage.output_tokens
+        assert trace_usage(trace)["input_tokens"] == usage.input_tokens
+        assert trace_usage(trace)["output_tokens"] == usage.output_tokens
         tools = [s for s in trace["spans"] if s["kind"] == "tool"]
         assert [(t["input"], t["output"]) for t in tools] == [
             ({"city": "Paris"}, "Sunny in Paris"),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import read_logs, read_traces
+from conftest import trace_id as stored_trace_id
 from google.rpc import status_pb2
 from opentelemetry import trace as otel_trace
 from opentelemetry.exporter.otlp.proto.http import Compression
@@ -34,7 +35,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_trackio.receiver import OTLPReceiver, is_loopback
-from otel_trackio.receiver._decode import RequestError, decompress, parse_request
+from otel_trackio.receiver._body import decompress
+from otel_trackio.receiver._decode import RequestError, parse_request
+from otel_trackio.receiver._limits import ReceiverLimits
 from otel_trackio.receiver._summary import Summary
 from otel_trackio.receiver.cli import main as cli_main
 
@@ -224,7 +227,7 @@ def test_json_request_with_hex_ids_routes_by_resource_attributes(project, start_
     assert read_traces(project, "r") == []
     (trace,) = read_traces(project, "json-run")
     assert trace["step"] == 7 and trace["metadata"]["sample_index"] == 3
-    assert trace["metadata"]["trace_id"] == trace_id
+    assert stored_trace_id(trace) == trace_id
     assert trace["metadata"]["service_name"] == "js-agent"
     spans = {s["name"]: s for s in trace["spans"]}
     assert spans["rollout"]["id"] == root_id
@@ -307,11 +310,12 @@ def test_bad_requests_get_their_status_and_nothing_else_in_flight_is_lost(projec
 
 
 def test_decompression_is_capped_while_streaming():
+    mib = ReceiverLimits(max_body_bytes=1 << 20)
     bomb = gzip.compress(bytes(64 << 20), compresslevel=9)
     tracemalloc.start()
     try:
         with pytest.raises(RequestError) as caught:
-            decompress(bomb, "gzip", 1 << 20)
+            decompress(bomb, "gzip", mib)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -319,14 +323,14 @@ def test_decompression_is_capped_while_streaming():
     assert peak < 8 << 20  # never near the 64 MiB the bomb expands to
 
     payload = b"otlp" * 1000
-    assert decompress(zlib.compress(payload), "deflate", 1 << 20) == payload
+    assert decompress(zlib.compress(payload), "deflate", mib) == payload
     raw = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
-    assert decompress(raw.compress(payload) + raw.flush(), "deflate", 1 << 20) == payload
-    assert decompress(gzip.compress(payload) + gzip.compress(payload), "gzip", 1 << 20) == (
+    assert decompress(raw.compress(payload) + raw.flush(), "deflate", mib) == payload
+    assert decompress(gzip.compress(payload) + gzip.compress(payload), "gzip", mib) == (
         payload * 2
     )
     with pytest.raises(RequestError) as caught:
-        decompress(gzip.compress(payload)[:-12], "gzip", 1 << 20)
+        decompress(gzip.compress(payload)[:-12], "gzip", mib)
     assert caught.value.status == 400
 
 

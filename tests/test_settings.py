@@ -47,7 +47,7 @@ def _readme_default(value: object) -> str:
     if isinstance(value, str):
         return f'`"{value}"`'
     if isinstance(value, tuple):
-        return "`(" + ", ".join(f'"{v}"' for v in value) + ")`"
+        return "`" + repr(value).replace("'", '"') + "`"  # ("reward",) for one name
     if isinstance(value, float) and value.is_integer():
         return f"`{int(value)}`"
     return f"`{value}`"

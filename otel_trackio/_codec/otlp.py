@@ -7,9 +7,10 @@ malformed item is counted as rejected, with why). Needs the ``receiver`` extra
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,23 @@ _HAS_IS_REMOTE = trace_pb2.SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = trace_pb2.SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 _NO_RECORDED_VALUE = metrics_pb2.DataPointFlags.DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK
 _TRACE_FLAGS = logs_pb2.LogRecordFlags.LOG_RECORD_FLAGS_TRACE_FLAGS_MASK
+#: set on a span, event or log record whose attributes were cut: how many were left out (by the
+#: sender's SDK, ``dropped_attributes_count``, and here).
+DROPPED_ATTRIBUTES = "otel_trackio.dropped_attributes"
+#: set on a span whose events were cut: how many were left out (by the sender and here).
+DROPPED_EVENTS = "otel_trackio.dropped_events"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemLimits:
+    """Caps applied while decoding, before anything is held as records: the OTel SDK's span
+    limits semantics (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``, ``OTEL_SPAN_EVENT_COUNT_LIMIT``):
+    the first ``attributes`` attributes of a span, event, log record or resource and the first
+    ``events`` events of a span are kept, the cut is marked (:data:`DROPPED_ATTRIBUTES`,
+    :data:`DROPPED_EVENTS`). None: no cap."""
+
+    attributes: int | None = None
+    events: int | None = None
 
 
 # -- values ------------------------------------------------------------------------------------
@@ -74,6 +92,22 @@ def attributes(pairs: Iterable[common_pb2.KeyValue]) -> dict[str, Any]:
     return out
 
 
+NO_LIMITS = ItemLimits()
+
+
+def bounded_attributes(
+    pairs: Sequence[common_pb2.KeyValue], limit: int | None, dropped_before: int = 0
+) -> dict[str, Any]:
+    """:func:`attributes` of the first ``limit`` pairs, with :data:`DROPPED_ATTRIBUTES` when
+    some were left out (``dropped_before``: by the sender)."""
+    kept = pairs if limit is None else itertools.islice(pairs, limit)
+    out = attributes(kept)
+    dropped = dropped_before + (max(0, len(pairs) - limit) if limit is not None else 0)
+    if dropped:
+        out[DROPPED_ATTRIBUTES] = dropped
+    return out
+
+
 # -- traces ------------------------------------------------------------------------------------
 
 
@@ -87,17 +121,19 @@ class DecodedSpans:
     problems: list[str] = field(default_factory=list)
 
 
-def decode_traces(request: trace_service_pb2.ExportTraceServiceRequest) -> DecodedSpans:
+def decode_traces(
+    request: trace_service_pb2.ExportTraceServiceRequest, limits: ItemLimits = NO_LIMITS
+) -> DecodedSpans:
     """Turn an ``ExportTraceServiceRequest`` into :class:`SpanRecord` lists, one per route."""
     out = DecodedSpans()
     bad_ids = 0
     for resource_spans in request.resource_spans:
-        resource = attributes(resource_spans.resource.attributes)
+        resource = bounded_attributes(resource_spans.resource.attributes, limits.attributes)
         records = out.by_route.setdefault(route_of(resource), [])
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name or None
             for span in scope_spans.spans:
-                record = _span_record(span, resource, scope)
+                record = _span_record(span, resource, scope, limits)
                 if record is None:
                     bad_ids += 1
                     continue
@@ -114,7 +150,7 @@ def decode_traces(request: trace_service_pb2.ExportTraceServiceRequest) -> Decod
 
 
 def _span_record(
-    span: trace_pb2.Span, resource: Mapping[str, Any], scope: str | None
+    span: trace_pb2.Span, resource: Mapping[str, Any], scope: str | None, limits: ItemLimits
 ) -> SpanRecord | None:
     trace_id = int.from_bytes(span.trace_id, "big")
     span_id = int.from_bytes(span.span_id, "big")
@@ -125,6 +161,13 @@ def _span_record(
         return None
     parent_id = int.from_bytes(parent, "big") if parent else None
     start = span.start_time_unix_nano
+    span_attributes = bounded_attributes(
+        span.attributes, limits.attributes, span.dropped_attributes_count
+    )
+    events = span.events if limits.events is None else span.events[: limits.events]
+    dropped_events = span.dropped_events_count + len(span.events) - len(events)
+    if dropped_events:
+        span_attributes[DROPPED_EVENTS] = dropped_events
     return SpanRecord(
         trace_id=trace_id,
         span_id=span_id,
@@ -133,9 +176,14 @@ def _span_record(
         end_ns=span.end_time_unix_nano or start,
         parent_id=parent_id or None,
         parent_is_remote=bool(span.flags & _HAS_IS_REMOTE and span.flags & _IS_REMOTE),
-        attributes=attributes(span.attributes),
+        attributes=span_attributes,
         events=tuple(
-            EventRecord(e.name, e.time_unix_nano, attributes(e.attributes)) for e in span.events
+            EventRecord(
+                e.name,
+                e.time_unix_nano,
+                bounded_attributes(e.attributes, limits.attributes, e.dropped_attributes_count),
+            )
+            for e in events
         ),
         status=status_name(span.status.code),
         status_description=span.status.message or None,
@@ -160,7 +208,9 @@ class DecodedLogs:
     problems: list[str] = field(default_factory=list)
 
 
-def decode_logs(request: logs_service_pb2.ExportLogsServiceRequest) -> DecodedLogs:
+def decode_logs(
+    request: logs_service_pb2.ExportLogsServiceRequest, limits: ItemLimits = NO_LIMITS
+) -> DecodedLogs:
     """Turn an ``ExportLogsServiceRequest`` into :class:`LogEventRecord` lists, one per route.
 
     Only GenAI events (``gen_ai.*`` event names) become records; the other log records are
@@ -169,7 +219,7 @@ def decode_logs(request: logs_service_pb2.ExportLogsServiceRequest) -> DecodedLo
     out = DecodedLogs()
     bad_ids = 0
     for resource_logs in request.resource_logs:
-        resource = attributes(resource_logs.resource.attributes)
+        resource = bounded_attributes(resource_logs.resource.attributes, limits.attributes)
         route = route_of(resource)
         for scope_logs in resource_logs.scope_logs:
             scope = scope_logs.scope.name or None
@@ -180,7 +230,9 @@ def decode_logs(request: logs_service_pb2.ExportLogsServiceRequest) -> DecodedLo
                 record = log_event_record(
                     event_name=getattr(log, "event_name", None),
                     body=any_value(log.body) if log.HasField("body") else None,
-                    attributes=attributes(log.attributes),
+                    attributes=bounded_attributes(
+                        log.attributes, limits.attributes, log.dropped_attributes_count
+                    ),
                     time_ns=log.time_unix_nano or log.observed_time_unix_nano,
                     trace_id=int.from_bytes(log.trace_id, "big"),
                     span_id=int.from_bytes(log.span_id, "big"),

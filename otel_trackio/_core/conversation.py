@@ -12,7 +12,12 @@ the next call's copy, which has it, wins).
 
 Token ids (verl's agent loop): when a call's prompt ids start with an earlier call's prompt +
 response ids, that call continues the earlier one: its input is the earlier call's conversation
-plus one user turn decoded from the new ids only, instead of the whole prompt decoded again.
+plus one user turn decoded from the new ids only, instead of the whole prompt decoded again
+(without a decoder at hand, e.g. texts decoded by the worker: the new end of the prompt's text,
+when it starts with the earlier call's prompt + response text). When the sample's agent span
+recorded the prompt as role messages (verl's ``raw_prompt``), those messages stand for the
+first token-id call's decoded prompt (``start``): the conversation begins with the system and
+user turns as they were, not with the chat template's rendering of them.
 
 Which generations are model calls (:func:`settle_model_calls`, before the merge): a generation
 whose messages come only from its input/output values is a *wrapper* when it encloses a
@@ -92,23 +97,29 @@ def _merge(
 
 
 def build_conversation(
-    calls: Iterable[SpanFacts], decoder: TokenDecoder | None = None
+    calls: Iterable[SpanFacts],
+    decoder: TokenDecoder | None = None,
+    start: Sequence[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Merge the model calls of a sample (in start order) into one OpenAI-style message list.
 
     ``decoder`` (the settings' token decoder) decodes the new ids of a token-id call that
-    continues an earlier one.
+    continues an earlier one; ``start`` (the agent's prompt as role messages) replaces the
+    decoded prompt of the first token-id call that continues none.
     """
     system: list[dict[str, Any]] = []
     system_keys: set[Hashable] = set()
     conversation: list[dict[str, Any]] = []
     keys: list[Hashable] = []
-    # (prompt + response ids of a token-id call, the turns it ends with), in call order
-    token_calls: list[tuple[list[int], list[dict[str, Any]]]] = []
+    # (prompt + response ids of a token-id call, the turns it ends with, its prompt + response
+    # text), in call order
+    token_calls: list[_TokenCall] = []
     for call in calls:
         turns: list[dict[str, Any]] = []
-        inputs = call.input_messages or ()
+        inputs: Sequence[dict[str, Any]] = call.input_messages or ()
         continued = _continued(call, token_calls, decoder)
+        if continued is None and start and call.prompt_ids is not None:
+            inputs, start = start, None
         for message in [*call.system_messages, *(continued or inputs)]:
             if message.get("role") == "system":
                 key = _message_key(message)
@@ -119,35 +130,67 @@ def build_conversation(
                 turns.append(_clean(message))
         turns.extend(_clean(m) for m in call.output_messages or ())
         if call.prompt_ids is not None and call.response_ids is not None:
-            token_calls.append((call.prompt_ids + call.response_ids, turns))
+            texts = (_token_text(call.input_messages), _token_text(call.output_messages))
+            token_calls.append((call.prompt_ids + call.response_ids, turns, texts))
         if turns:
             conversation, keys = _merge(conversation, keys, turns)
     return system + conversation
 
 
+_TokenCall = tuple[list[int], list[dict[str, Any]], tuple[str, str]]
+
+
+def _token_text(messages: Sequence[dict[str, Any]] | None) -> str:
+    """The text a token-id call's side was decoded to (its one message's content)."""
+    if messages and len(messages) == 1 and isinstance(messages[0].get("content"), str):
+        return str(messages[0]["content"])
+    return ""
+
+
 def _continued(
-    call: SpanFacts,
-    token_calls: list[tuple[list[int], list[dict[str, Any]]]],
-    decoder: TokenDecoder | None,
+    call: SpanFacts, token_calls: list[_TokenCall], decoder: TokenDecoder | None
 ) -> list[dict[str, Any]] | None:
     """The input of a token-id call that continues an earlier one (its prompt ids start with
-    that call's prompt + response ids): the earlier call's turns, then the new ids decoded as
-    one user turn. None when it continues none (or the decoder fails)."""
+    that call's prompt + response ids): the earlier call's turns, then the new ids as one user
+    turn (decoded; without a decoder, the new end of the prompt's text). None when it continues
+    none (or the new turn cannot be told)."""
     prompt = call.prompt_ids
-    if prompt is None or decoder is None:
+    if prompt is None:
         return None
-    for ids, turns in reversed(token_calls):
+    for ids, turns, texts in reversed(token_calls):
         if len(ids) <= len(prompt) and prompt[: len(ids)] == ids:
             new = prompt[len(ids) :]
-            try:
-                text = tokens.decode(decoder, new) if new else None
-            except Exception:  # noqa: BLE001 - a user callable must not cost the sample
+            added_text = _new_text(new, decoder, _token_text(call.input_messages), texts)
+            if added_text is None and new:
                 return None
             added: list[dict[str, Any]] = (
-                [] if text is None else [{"role": "user", "content": text}]
+                [{"role": "user", "content": added_text}] if added_text else []
             )
             return [*turns, *added]
     return None
+
+
+def _new_text(
+    new: list[int], decoder: TokenDecoder | None, prompt_text: str, earlier: tuple[str, str]
+) -> str | None:
+    """The new ids of a continuing call as text: decoded, else what the prompt's text has after
+    the earlier call's prompt and response texts (whitespace where they join aside: decoding
+    ids one piece at a time may space them differently)."""
+    if not new:
+        return ""
+    if decoder is not None:
+        try:
+            return tokens.decode(decoder, new)
+        except Exception:  # noqa: BLE001 - a user callable must not cost the sample
+            return None
+    rest = prompt_text
+    for piece in earlier:
+        piece = piece.strip()
+        rest = rest.lstrip()
+        if not piece or not rest.startswith(piece):
+            return None
+        rest = rest[len(piece) :]
+    return rest.strip()
 
 
 def settle_model_calls(spans: Sequence[SpanRecord], facts: Sequence[SpanFacts]) -> None:

@@ -42,7 +42,8 @@ METADATA_KEYS = frozenset(
 )
 
 #: First name segments (``<namespace>.…``) of the OTel semantic conventions (GenAI included),
-#: OpenInference, OpenLLMetry and Logfire (pydantic-ai): such attributes are never user fields.
+#: OpenInference, OpenLLMetry, Logfire (pydantic-ai), LiteLLM and MLflow: such attributes are never
+#: user fields.
 CONVENTION_NAMESPACES = frozenset(
     {
         # OTel semantic conventions registry
@@ -60,8 +61,8 @@ CONVENTION_NAMESPACES = frozenset(
         "openinference", "llm", "input", "output", "tool", "tool_call", "message",
         "message_content", "embedding", "retrieval", "reranker", "document", "image", "audio",
         "agent", "graph", "prompt", "tag",
-        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM
-        "traceloop", "logfire", "pydantic_ai", "litellm",
+        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM, MLflow
+        "traceloop", "logfire", "pydantic_ai", "litellm", "mlflow",
     }
 )  # fmt: skip
 
@@ -102,21 +103,40 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
         _translate_span(s, f, root, ids, settings) for s, f in zip(spans, facts, strict=True)
     ]
     generations = [f for f in facts if f.kind == "generation"]
-    messages = build_conversation(generations, settings.token_decoder)
+    prompt = _prompt_messages(facts)
+    messages = build_conversation(generations, settings.token_decoder, prompt) or prompt or []
     if not messages and root is not None:
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
     messages = [limit(_show_tool_calls(m), settings.max_value_chars) for m in messages]
     if root is not None:
         _show_prompt_and_answer(span_dicts[spans.index(root)], messages)
+    for span_dict in span_dicts:  # the OTel trace id, for joins, where the tree starts
+        if span_dict["parent_id"] is None:
+            span_dict["metadata"]["otel.trace_id"] = f"{sample.identity.trace_id:032x}"
     fields = user_fields(spans, facts, root, settings)
     return storable(
         {
             "messages": messages,
             "spans": span_dicts,
-            "metadata": _translate_metadata(sample, spans, span_dicts, generations, fields),
+            "metadata": _translate_metadata(sample, spans, span_dicts, fields, settings),
         }
     )
+
+
+def _prompt_messages(facts: list[SpanFacts]) -> list[dict[str, Any]] | None:
+    """The prompt as role messages, when the model calls recorded it only as token ids
+    (decoded, or not at all): the input messages of the first span that is no model call and
+    has them (verl's agent loop with its ``raw_prompt``)."""
+    if not any(
+        f.kind == "generation" and (f.prompt_ids is not None or f.input_messages is None)
+        for f in facts
+    ):
+        return None
+    for f in facts:
+        if f.kind != "generation" and f.input_messages:
+            return [*f.system_messages, *f.input_messages]
+    return None
 
 
 def bare_trace(sample: Sample, error: str) -> TraceDict:
@@ -247,7 +267,7 @@ def _header_value(value: Any) -> Any:
     return limit(value, HEADER_VALUE_CHARS)
 
 
-def _search_text(fields: dict[str, Any]) -> str:
+def search_text(fields: dict[str, Any]) -> str:
     """``name=value`` for each user field: Trackio searches metadata values only, so this is
     what makes ``reward=1`` findable."""
     return " ".join(f"{key}={format_attribute(value)}" for key, value in fields.items())
@@ -297,10 +317,13 @@ def _translate_span(
         out["error"] = error
     if facts.model is not None:
         out["model"] = facts.model
+    # Trackio's Tokens and Cost chips sum every span's: a wrapper's totals of the model calls
+    # under it (an agent span's) would count them twice, so they stay in its metadata.
+    counted = out if facts.kind == "generation" else metadata
     if facts.usage is not None:
-        out["usage"] = dict(facts.usage)
+        counted["usage"] = dict(facts.usage)
     if facts.cost_usd is not None:
-        out["cost_usd"] = facts.cost_usd
+        counted["cost_usd"] = facts.cost_usd
     if facts.input is not None:
         out["input"] = limit(facts.input, settings.max_value_chars)
     if facts.output is not None:
@@ -348,47 +371,56 @@ def _translate_metadata(
     sample: Sample,
     spans: list[SpanRecord],
     span_dicts: list[dict[str, Any]],
-    generations: list[SpanFacts],
     fields: dict[str, Any],
+    settings: TrackioSettings,
 ) -> dict[str, Any]:
-    """The header, in reading order: identity, the user's fields, the outcome (status, partial),
-    timing and usage, then the OTel ids and the ``search`` text."""
+    """The header, the line a researcher reads first: the sample's identity, its outcome (the
+    outcome attributes, the status, why it was logged early), the user's other fields, the
+    service, then the ``search`` text. What the expanded row's chips already show (latency,
+    cost, tokens, span count) is left out, and so are the OTel ids: the trace id is on the
+    spans the tree starts at (``otel.trace_id``), the root span's id is its ``id`` (a part of
+    a sample logged without its root names it: ``root_span_id``, before ``search``)."""
     identity = sample.identity
     meta: dict[str, Any] = {"step": identity.step}
     if identity.sample_index is not None:
         meta["sample_index"] = attribute_json(identity.sample_index)
     if identity.rollout_n is not None:
         meta["rollout_n"] = attribute_json(identity.rollout_n)
-    if identity.validate is not None:
+    if identity.validate not in (None, False):  # a validation sample says so, a rollout not
         meta["validate"] = attribute_json(identity.validate)
-    meta.update(fields)
+    outcomes = {name: fields[name] for name in settings.outcome_attributes if name in fields}
+    meta.update(outcomes)
     if any(d["status"] == "error" for d in span_dicts):
         meta["status"] = "error"
+    elif identity.partial:
+        meta["status"] = "partial"
     else:
-        meta["status"] = "partial" if identity.partial else "success"
+        meta["status"] = outcome_status(outcomes)
     if identity.partial:
         meta["partial"] = True
         meta["partial_reason"] = identity.partial_reason
-    timed = [sample.root] if sample.root is not None else spans
-    if timed:  # to the microsecond: nanosecond digits are noise in the header
-        start, end = min(s.start_ns for s in timed), max(s.end_ns for s in timed)
-        meta["duration_ms"] = round(max(0.0, (end - start) / 1e6), 3)
-    usage = _sum_usage(generations)
-    if usage is not None:
-        meta["usage"] = usage
-    cost = [f.cost_usd for f in generations if f.cost_usd is not None]
-    if cost:
-        meta["cost_usd"] = sum(cost)
-    meta["span_count"] = len(spans)
-    meta["trace_id"] = f"{identity.trace_id:032x}"
-    if identity.root_span_id is not None:
-        meta["root_span_id"] = f"{identity.root_span_id:016x}"
+    meta.update((key, value) for key, value in fields.items() if key not in outcomes)
     service = _service_name(spans)
     if service is not None:
         meta["service_name"] = service
+    if sample.root is None and identity.root_span_id is not None:
+        # A part logged apart from its root (late spans, a flush): which sample it belongs to.
+        meta["root_span_id"] = f"{identity.root_span_id:016x}"
     if fields:
-        meta["search"] = _search_text(fields)
+        meta["search"] = search_text(fields)
     return meta
+
+
+def outcome_status(outcomes: dict[str, Any]) -> str:
+    """The status pill of a sample that ran to its end: its first outcome that is a number or
+    a boolean, as ``<name> <value>`` (``reward 0``: a wrong answer does not read "success"),
+    else ``success``."""
+    for name, value in outcomes.items():
+        if isinstance(value, bool):
+            return f"{name} {format_attribute(value)}"
+        if isinstance(value, (int, float)):
+            return f"{name} {value:g}"
+    return "success"
 
 
 def _service_name(spans: list[SpanRecord]) -> str | None:
@@ -400,11 +432,3 @@ def _service_name(spans: list[SpanRecord]) -> str | None:
             text = str(name)
             return None if text.startswith("unknown_service") else text
     return None
-
-
-def _sum_usage(generations: list[SpanFacts]) -> dict[str, int] | None:
-    totals: dict[str, int] = {}
-    for facts in generations:
-        for key, value in (facts.usage or {}).items():
-            totals[key] = totals.get(key, 0) + value
-    return totals or None

@@ -6,7 +6,9 @@ No I/O and no trackio import: :class:`MetricConverter` takes SDK ``MetricsData``
 
 Mapping:
 
-* ``Sum`` (monotonic or not) and ``Gauge`` → the point's value under the series name;
+* a counter (a monotonic ``Sum``) → what was added at the point's step (the running total with
+  ``counter_increments=False``), whatever the temporality; a non-monotonic ``Sum`` (an
+  up-down counter: a level, such as requests in flight) and a ``Gauge`` → the point's value;
 * ``Histogram`` and ``ExponentialHistogram`` → the chosen statistics among ``<series>/count``,
   ``/sum``, ``/mean``, ``/min``, ``/max`` and, when asked, ``<series>/distribution`` (a
   :class:`Distribution` of bucket counts);
@@ -57,6 +59,8 @@ class Conversion:
     points_by_step: dict[int, int] = field(default_factory=dict)
     # step -> {series: value signature}, remembered by ``MetricConverter.commit`` once logged.
     signatures: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # step -> {counter stream: its new _CounterState}, kept by ``commit`` once logged.
+    counters: dict[int, dict[Any, _CounterState]] = field(default_factory=dict)
     unsupported_types: set[str] = field(default_factory=set)
     points: int = 0
     skipped_nonfinite: int = 0
@@ -71,18 +75,32 @@ class Conversion:
         return sum(len(v) for v in self.by_step.values())
 
 
+@dataclass(frozen=True, slots=True)
+class _CounterState:
+    """Where a counter stream stood when last logged: at ``step`` its running total was
+    ``total``, of which ``base`` was reached before that step."""
+
+    step: int
+    total: float
+    base: float
+
+
 class MetricConverter:
     """Turns ``MetricsData`` into ``{step: {series: value}}``.
 
-    Stateful only to skip re-logging: a cumulative or gauge point whose (series, step) already
-    got the same value in an earlier conversion is left out, so a cumulative point carrying an
-    old ``step`` attribute is not logged again at every export. Delta points are always new.
+    Stateful to skip re-logging: a cumulative or gauge point whose (series, step) already got
+    the same value in an earlier conversion is left out, so a cumulative point carrying an old
+    ``step`` attribute is not logged again at every export. Delta histogram points are always
+    new. And to plot counters per step: each counter stream's total where its last step began.
 
     Args:
         step_attribute: the point attribute holding the step (never part of series names).
         stats: the statistics logged for a histogram point (``<series>/<stat>``), among
             ``count``, ``sum``, ``mean``, ``min``, ``max``.
         distributions: also produce a ``<series>/distribution`` for histogram points.
+        counter_increments: a counter plots what was added at each step (its value at a step
+            grows with each export until the step is over); False: its running total, as the
+            SDK's cumulative points carry it.
         reserved_keys: keys Trackio reserves (the exporter passes Trackio's list); a series
             named so, or starting with ``__``, is logged as ``otel/<name>``.
         max_remembered: bound of the (series, step) memory; it is cleared when full.
@@ -94,12 +112,15 @@ class MetricConverter:
         step_attribute: str = "step",
         stats: Iterable[str] = HISTOGRAM_STATS,
         distributions: bool = False,
+        counter_increments: bool = True,
         reserved_keys: Iterable[str] = (),
         max_remembered: int = 200_000,
     ) -> None:
         self.step_attribute = step_attribute
         self.stats = tuple(stats)
         self.distributions = distributions
+        self.counter_increments = counter_increments
+        self._counters: dict[Any, _CounterState] = {}
         self.reserved_keys = frozenset(reserved_keys)
         self.max_remembered = max_remembered
         self._last: dict[tuple[str, int], Any] = {}
@@ -113,7 +134,7 @@ class MetricConverter:
         fallback: list[int] = []
 
         def step_for(attributes: Mapping[str, Any]) -> int:
-            step = parse_step(attributes.get(self.step_attribute)) if attributes else None
+            step = self._own_step(attributes)
             if step is not None:
                 return step
             if not fallback:
@@ -135,12 +156,17 @@ class MetricConverter:
         name = str(metric.name)
         delta = getattr(data, "aggregation_temporality", None) == AggregationTemporality.DELTA
         if isinstance(data, (Sum, Gauge)):
+            counter = self.counter_increments and isinstance(data, Sum) and data.is_monotonic
             for point in data.data_points:
                 attributes = point.attributes or {}
                 series = self.series_name(name, attributes)
                 step = step_for(attributes)
                 out.points += 1
-                if self._put(out, step, series, point.value, delta):
+                value, always = point.value, delta
+                if counter:
+                    value = self._step_amount(out, step, series, point, attributes, delta)
+                    always = False  # one amount per (series, step), growing: skip repeats
+                if self._put(out, step, series, value, always):
                     _count_point(out, step)
         elif isinstance(data, (Histogram, ExponentialHistogram)):
             exponential = isinstance(data, ExponentialHistogram)
@@ -153,6 +179,48 @@ class MetricConverter:
         else:
             out.unsupported += 1
             out.unsupported_types.add(type(data).__name__)
+
+    def _own_step(self, attributes: Mapping[str, Any]) -> int | None:
+        return parse_step(attributes.get(self.step_attribute)) if attributes else None
+
+    def _step_amount(
+        self,
+        out: Conversion,
+        step: int,
+        series: str,
+        point: Any,
+        attributes: Mapping[str, Any],
+        delta: bool,
+    ) -> Any:
+        """What a counter stream added at ``step`` so far (its new state waits for commit).
+
+        A stream carrying the step attribute is one step's own: its cumulative value is that
+        step's amount already. Otherwise the amount is the running total less the total
+        where the step began (a total that went down is a restarted counter: counted from 0).
+        Delta points add up within a step. Values that are no number are left to ``_put``.
+        """
+        value = point.value
+        if not _finite(value) or isinstance(value, bool):
+            return value
+        own_step = self._own_step(attributes) is not None
+        if own_step and not delta:
+            return value
+        if delta:  # deltas add up: per series (and step, when the step is an attribute)
+            key: tuple[Any, ...] = (series, step if own_step else None)
+        else:  # a restarted process starts a new stream (a new start time)
+            key = (series, getattr(point, "start_time_unix_nano", 0))
+        last = self._counters.get(key)
+        total = value + (last.total if delta and last is not None else 0)
+        if last is None:
+            base: float = 0
+        elif last.step == step:
+            base = last.base
+        else:
+            base = last.total
+        if total < base:
+            base = 0
+        out.counters.setdefault(step, {})[key] = _CounterState(step, total, base)
+        return total - base
 
     def _put_histogram(
         self,
@@ -223,6 +291,10 @@ class MetricConverter:
             if len(self._last) >= self.max_remembered:
                 self._last.clear()
             self._last[(series, step)] = signature
+        for key, state in out.counters.get(step, {}).items():
+            if len(self._counters) >= self.max_remembered:
+                self._counters.clear()
+            self._counters[key] = state
 
     def _key(self, series: str, out: Conversion) -> str:
         if series in self.reserved_keys or series.startswith("__"):

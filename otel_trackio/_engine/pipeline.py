@@ -20,6 +20,7 @@ from typing import Any
 
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.convert import TraceDict, bare_trace, sample_to_trace
+from otel_trackio._core.outcomes import StepTables, outcome_row
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import OpenSampleLookup, Sample, StepMemory
 from otel_trackio._core.values import as_float
@@ -98,6 +99,7 @@ class TracePipeline:
         # While a spool drainer replays entries after a crash: samples already in Trackio.
         self.already_stored: Callable[[Sample], bool] | None = None
         self._warn = Warnings()
+        self.tables = StepTables(_order_key)  # each step's outcome rows, until it is over
         # Samples logged since storage was last written (lost if that write fails).
         self._unwritten = 0
 
@@ -234,6 +236,7 @@ class TracePipeline:
             if acquired and flush:
                 self._flush_all(timeout_seconds)
             elif acquired:
+                self._log_tables(flush=True)
                 self._write(timeout_seconds)
             else:
                 self._warn(
@@ -314,6 +317,7 @@ class TracePipeline:
         except Exception as exc:  # noqa: BLE001
             self._warn("flush", f"flushing open samples failed: {exc!r}")
             logged = False
+        self._log_tables(flush=True)
         return self._write(timeout_seconds) and logged
 
     def _log(self, samples: list[Sample]) -> bool:
@@ -364,7 +368,27 @@ class TracePipeline:
             self.stats.samples_logged += len(traces)
             self._unwritten += len(traces)
             _steps.note_step(step)  # the metric exporters' fallback step
+            self._note_outcomes(step, traces)
+        self._log_tables(flush=False)
         return ok
+
+    def _note_outcomes(self, step: int, traces: list[TraceDict]) -> None:
+        """Keep the outcome rows of a step's logged Traces for its table."""
+        if self.settings.outcome_table_key is not None:
+            names = self.settings.outcome_attributes
+            self.tables.add(step, [outcome_row(trace, names) for trace in traces])
+
+    def _log_tables(self, *, flush: bool) -> None:
+        """Log the outcome table of each step that is over (of every step, at a flush). A
+        table that cannot be logged is warned about: the Traces it sums up are stored."""
+        key = self.settings.outcome_table_key
+        for step, rows in self.tables.take_all() if flush else self.tables.due():
+            if key is None:
+                continue
+            try:
+                self.sink.log_table(key, rows, step)
+            except Exception as exc:  # noqa: BLE001
+                self._warn("table", f"the outcome table of step {step} was not logged: {exc!r}")
 
     def _convert(self, sample: Sample) -> TraceDict:
         try:

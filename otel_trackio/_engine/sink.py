@@ -221,6 +221,12 @@ def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
     ]
 
 
+def _table(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """Plain rows as a ``trackio.Table`` (its columns: the first row's keys, in order)."""
+    data: Any = [dict(row) for row in rows]  # Trackio takes dict rows (typed as lists)
+    return trackio.Table(data=data)
+
+
 # -- runs this package started, shared per (project, name) ------------------------------------
 
 _registry_lock = threading.Lock()
@@ -282,6 +288,11 @@ class TrackioSink:
             return run
         active = active_run()
         if active is not None and _matches(active, project, name):
+            with _registry_lock:  # a run this package started here: hold it, don't borrow it
+                owned = next((o for o in _owned.values() if o.run is active), None)
+                if owned is not None and not owned.finished:
+                    owned.holders += 1
+                    self._owned = owned
             return active
         if project is None:
             raise ValueError(
@@ -304,10 +315,27 @@ class TrackioSink:
         """Log one Trackio entry at ``step`` on the held run. Raises what ``run.log`` raises."""
         self.run.log(dict(values), step=step)
 
-    def log_traces(self, key: str, traces: Sequence[Mapping[str, Any]], step: int) -> None:
-        """Log trace dicts (messages, metadata, spans) as one list of Traces at ``step``."""
+    def log_traces(
+        self,
+        key: str,
+        traces: Sequence[Mapping[str, Any]],
+        step: int,
+        *,
+        table: tuple[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> None:
+        """Log trace dicts (messages, metadata, spans) as one list of Traces at ``step``; with
+        ``table`` (a key and plain rows), that table too, in the same log entry."""
         if traces:
-            self.run.log({key: trace_entries(traces)}, step=step)
+            entry: dict[str, Any] = {key: trace_entries(traces)}
+            if table is not None and table[1]:
+                entry[table[0]] = _table(table[1])
+            self.run.log(entry, step=step)
+
+    def log_table(self, key: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:
+        """Log plain rows (the same columns, in order) as one ``trackio.Table`` at ``step``:
+        the Media & Tables tab shows it under ``key``, one column per row key."""
+        if rows:
+            self.run.log({key: _table(rows)}, step=step)
 
     def flush(self, timeout_seconds: float = 30.0) -> bool:
         """Write what the held run has queued to Trackio's local storage now, on this thread.
@@ -449,3 +477,28 @@ def _start_run(
     if errors:
         raise errors[0]
     return result[0]
+
+
+def open_run_by_name(project: str, name: str) -> None:
+    """Make sure the run ``project``/``name`` exists in local storage, found by its name, so
+    that processes starting together each resume it (``resume="allow"``) instead of each
+    creating a run of that name: Trackio finds a run by name only once something was written to
+    it. One process of this machine at a time (a file lock in Trackio's folder); the first writes
+    an empty log entry at step 0, the others find the run. The calling thread's active run, if
+    any, stays active."""
+    import fcntl
+
+    from trackio.sqlite_storage import SQLiteStorage
+
+    folder = trackio_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in project)
+    with open(folder / f"{safe}.otel-trackio-open.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if name in SQLiteStorage.get_runs(project):
+            return
+        previous = _CURRENT_RUN.get() if _CURRENT_RUN is not None else None
+        run = _start_run(project, name, {"resume": "allow"}, previous)
+        run.log({}, step=0)
+        run.finish()
+        _forget_active_run(run)

@@ -20,8 +20,10 @@ _EXPORTS = {
     "OTLPReceiver": ".server",
     "Outcome": "._routing",
     "Router": "._routing",
+    "ReceiverLimits": "._limits",
     "ReceiverStats": "._routing",
     "ReceiverUnavailable": "._routing",
+    "RoutesExhausted": "._errors",
     "create_app": ".app",
     "is_loopback": ".server",
 }

@@ -1,11 +1,12 @@
-"""OTLP/HTTP bodies: content types, compression, protobuf and OTLP JSON into request messages,
+"""OTLP/HTTP bodies: content types, protobuf and OTLP JSON into request messages,
 and the responses and error statuses back (what the records are made of the messages is
 :mod:`otel_trackio._codec.otlp`'s).
 
 Parsing uses the official ``opentelemetry-proto`` messages (``google.protobuf`` does the wire
 format and, for JSON bodies, ``json_format``). OTLP JSON differs from protobuf's canonical JSON in
 one way that matters here: trace and span ids are hex strings, not base64; :func:`parse_request`
-rewrites them before parsing.
+rewrites them before parsing (and bounds the document's depth and its attribute lists). Request
+bodies are read and decompressed in :mod:`._body`.
 
 Every function raises :class:`RequestError` (with the HTTP status to answer) on bad input.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
-import zlib
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
 from google.protobuf import json_format
@@ -23,6 +24,8 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from otel_trackio._codec.otlp import NO_LIMITS, ItemLimits
 
 Encoding = Literal["protobuf", "json"]
 M = TypeVar("M", bound=Message)
@@ -36,12 +39,25 @@ _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId", "trace_id", "span_id"
 
 
 class RequestError(ValueError):
-    """A request the receiver refuses, with the HTTP status and a message for the client."""
+    """A request the receiver refuses, with the HTTP status and a message for the client.
 
-    def __init__(self, status: int, message: str) -> None:
+    ``headers`` go on the answer (``Retry-After``, ``Connection: close``); ``warn``: the
+    receiver also logs a (rate-limited) warning line, for refusals an operator should see.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        warn: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = dict(headers or {})
+        self.warn = warn
 
 
 # -- content type and encoding -----------------------------------------------------------------
@@ -60,61 +76,24 @@ def encoding_of(content_type: str | None) -> Encoding:
     return encoding
 
 
-def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
-    """Undo ``Content-Encoding`` (gzip, deflate, identity), never producing more than ``limit``.
-
-    Decompression streams with a cap, so a small compressed bomb fails with 413 after ``limit``
-    bytes instead of filling memory.
-    """
-    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
-    data = body
-    for coding in reversed(codings):  # the last coding listed was applied last
-        if coding in ("identity", ""):
-            continue
-        if coding in ("gzip", "x-gzip"):
-            data = _inflate(data, 16 + zlib.MAX_WBITS, limit, "gzip")
-        elif coding == "deflate":
-            zlib_header = (
-                len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
-            )
-            data = _inflate(data, zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS, limit, coding)
-        else:
-            raise RequestError(
-                415, f"unsupported Content-Encoding {coding!r}: use gzip, deflate or none"
-            )
-    if len(data) > limit:
-        raise RequestError(413, f"body is over the {limit}-byte limit")
-    return data
-
-
-def _inflate(data: bytes, wbits: int, limit: int, name: str) -> bytes:
-    out = bytearray()
-    pending = data
-    inflater = zlib.decompressobj(wbits)
-    try:
-        while True:
-            chunk = inflater.decompress(pending, limit + 1 - len(out))
-            out += chunk
-            if len(out) > limit:
-                raise RequestError(413, f"decompressed body is over the {limit}-byte limit")
-            pending = inflater.unconsumed_tail
-            if inflater.eof:
-                rest = inflater.unused_data
-                if name == "gzip" and rest.strip(b"\0"):
-                    inflater, pending = zlib.decompressobj(wbits), rest  # another gzip member
-                    continue
-                return bytes(out)
-            if not pending and not chunk:
-                raise RequestError(400, f"truncated {name} body")
-    except zlib.error as exc:
-        raise RequestError(400, f"body is not valid {name} data: {exc}") from None
-
-
 # -- parsing -----------------------------------------------------------------------------------
 
 
-def parse_request(body: bytes, encoding: Encoding, message_type: type[M]) -> M:
-    """Parse an OTLP request message from protobuf bytes or OTLP JSON; 400 when malformed."""
+#: the nesting of a JSON body allowed by default (arrays and objects; see ``ReceiverLimits``).
+MAX_JSON_DEPTH = 128
+
+
+def parse_request(
+    body: bytes,
+    encoding: Encoding,
+    message_type: type[M],
+    max_json_depth: int = MAX_JSON_DEPTH,
+    limits: ItemLimits = NO_LIMITS,
+) -> M:
+    """Parse an OTLP request message from protobuf bytes or OTLP JSON; 400 when malformed or,
+    for JSON, nested deeper than ``max_json_depth`` (checked before any recursive step). JSON
+    attribute and event lists are cut to ``limits`` before the message is built (the cut counted
+    in ``droppedAttributesCount`` / ``droppedEventsCount``), as building it is the costly part."""
     message: M = message_type()
     if encoding == "protobuf":
         try:
@@ -124,35 +103,65 @@ def parse_request(body: bytes, encoding: Encoding, message_type: type[M]) -> M:
         return message
     try:
         document = json.loads(body)
+    except RecursionError:  # the C parser's own guard, far deeper than max_json_depth
+        raise _too_deep(max_json_depth) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise RequestError(400, f"malformed JSON body: {exc}") from None
     if not isinstance(document, dict):
         raise RequestError(400, "malformed JSON body: the top level must be an object")
-    _hex_ids_to_base64(document)
+    _prepare_json(document, max_json_depth, limits)
     try:
         json_format.ParseDict(document, message, ignore_unknown_fields=True)
-    except (json_format.ParseError, ValueError, TypeError) as exc:
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
         raise RequestError(400, f"malformed OTLP JSON: {exc}") from None
     return message
 
 
-def _hex_ids_to_base64(node: Any) -> None:
-    """OTLP JSON writes trace/span ids as hex; protobuf JSON expects base64 for bytes fields."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in _ID_KEYS and isinstance(value, str):
-                try:
-                    raw = bytes.fromhex(value)
-                except ValueError:
-                    raise RequestError(
-                        400, f"malformed OTLP JSON: {key} {value[:40]!r} is not a hex string"
-                    ) from None
-                node[key] = base64.b64encode(raw).decode("ascii")
-            else:
-                _hex_ids_to_base64(value)
-    elif isinstance(node, list):
-        for item in node:
-            _hex_ids_to_base64(item)
+def _too_deep(max_depth: int) -> RequestError:
+    return RequestError(
+        400, f"malformed OTLP JSON: nested deeper than {max_depth} levels", warn=True
+    )
+
+
+def _prepare_json(document: dict[str, Any], max_depth: int, limits: ItemLimits) -> None:
+    """Make OTLP JSON protobuf JSON, bounded: trace/span ids from hex to base64 (protobuf JSON
+    expects base64 for bytes fields), attribute and event lists cut to ``limits``.
+
+    Walks the document with an explicit stack (no recursion), refusing it past ``max_depth``.
+    """
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            raise _too_deep(max_depth)
+        if isinstance(node, dict):
+            _cut(node, "attributes", limits.attributes, "droppedAttributesCount")
+            _cut(node, "events", limits.events, "droppedEventsCount")
+            for key, value in node.items():
+                if key in _ID_KEYS and isinstance(value, str):
+                    try:
+                        raw = bytes.fromhex(value)
+                    except ValueError:
+                        raise RequestError(
+                            400, f"malformed OTLP JSON: {key} {value[:40]!r} is not a hex string"
+                        ) from None
+                    node[key] = base64.b64encode(raw).decode("ascii")
+                elif isinstance(value, (dict, list)):
+                    stack.append((value, depth + 1))
+        else:
+            stack.extend((item, depth + 1) for item in node if isinstance(item, (dict, list)))
+
+
+def _cut(node: dict[str, Any], key: str, limit: int | None, counter: str) -> None:
+    """Keep the first ``limit`` items of the list ``node[key]``, adding the rest to the count
+    ``node[counter]`` (which protobuf ignores on messages without that field)."""
+    items = node.get(key)
+    if limit is None or not isinstance(items, list) or len(items) <= limit:
+        return
+    before = node.get(counter)
+    dropped = int(str(before)) if isinstance(before, int) or str(before).isdigit() else 0
+    node[key] = items[:limit]
+    node[counter] = dropped + len(items) - limit
 
 
 def encode_message(message: Message, encoding: Encoding) -> bytes:

@@ -13,3 +13,10 @@ class ReceiverBusy(ReceiverUnavailable):
     """The spool is at its bound: the client should retry after the drain made room."""
 
     retry_after_seconds = 2
+
+
+class RoutesExhausted(ReceiverUnavailable):
+    """A new (project, run) past ``max_routes``: refused retryably (503), never acknowledged
+    and dropped; the operator raises ``--max-routes`` (a warning says so)."""
+
+    retry_after_seconds = 30

@@ -25,10 +25,13 @@ from otel_trackio._codec import spool as codec
 from otel_trackio._codec.otlp import DecodedLogs, DecodedMetrics, DecodedSpans, decode_metrics
 from otel_trackio._codec.routes import Route
 from otel_trackio._engine.run import RunEngine, build_run_engine
+from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.paths import receiver_spool
 from otel_trackio._spool.segments import Producer, SpoolFull
-from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable
+from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable, RoutesExhausted
+from otel_trackio.receiver._limits import DEFAULT_LIMITS
+from otel_trackio.receiver._names import printable_name
 from otel_trackio.receiver._run_names import RunNames
 from otel_trackio.receiver._stats import Outcome, ReceiverStats
 from otel_trackio.settings import TrackioSettings, split_options
@@ -59,7 +62,8 @@ class Router:
         settings: settings of every route (project and name set per route).
         spool: the spool directory (default :func:`receiver_spool`); entries left in it by an
             earlier run of the receiver are drained first.
-        max_routes: at most this many (project, run) routes; data for more is rejected.
+        max_routes: at most this many (project, run) routes (the server's own included); data
+            for a new one past it is refused with :class:`RoutesExhausted` (503, retryable).
         **options: settings by name, or ``trackio.init`` keywords for every run it starts.
     """
 
@@ -70,7 +74,7 @@ class Router:
         *,
         settings: TrackioSettings | None = None,
         spool: Path | str | None = None,
-        max_routes: int = 64,
+        max_routes: int = DEFAULT_LIMITS.max_routes,
         **options: Any,
     ) -> None:
         chosen = split_options(options, settings)
@@ -86,6 +90,7 @@ class Router:
         self._closed = False
         self.stats = ReceiverStats()
         self._stats_lock = threading.Lock()
+        self._warn = Warnings(every_seconds=60.0)
         self.producer = Producer(self.spool_path, int(chosen.spool_max_mb * 1024 * 1024))
         try:
             self._names = RunNames(self.spool_path)
@@ -111,8 +116,12 @@ class Router:
         return str(self.default.sink.run_name)
 
     def _key(self, target: Route) -> Key:
+        """The route of a request part; client-chosen names made safe to print."""
         project, run = target
-        return (project or self.project, run or self.name)
+        return (
+            printable_name(project) if project else self.project,
+            printable_name(run) if run else self.name,
+        )
 
     def _remember_name(self, key: Key, destination: RunEngine) -> None:
         if key[1] is None:
@@ -127,11 +136,16 @@ class Router:
             route = self._routes.get(key)
             if route is not None:
                 return route
-            if len(self._routes) >= self.max_routes:
-                raise OverflowError(
-                    f"too many Trackio runs ({self.max_routes}); trackio.project/trackio.run "
-                    f"{key[0]!r}/{key[1]!r} refused"
+            if accepting and len(self._routes) >= self.max_routes:  # spooled data: always
+                message = (
+                    f"all {self.max_routes} routes are in use (--max-routes); "
+                    f"trackio.project/trackio.run {key[0]!r}/{key[1]!r} refused, retry later"
                 )
+                self._warn(
+                    "routes exhausted",
+                    f"{message} (the client retries; a larger --max-routes takes it)",
+                )
+                raise RoutesExhausted(message)
             name = key[1] if key[1] is not None else self._names.get(key[0])
             settings = self.settings.with_options(project=key[0], name=name)
             # A fresh context: no user run is "active" here, and trackio.init's context
@@ -155,6 +169,11 @@ class Router:
             outcome.problems.append(f"{items} items rejected: {exc}")
             return None
         return key
+
+    def _resolve_all(self, items: dict[Route, int], outcome: Outcome) -> dict[Route, Key | None]:
+        """:meth:`_resolve` for every route of a request before any of it is spooled, so a
+        refused route (503) never follows an appended one the client would send again."""
+        return {target: self._resolve(target, n, outcome) for target, n in items.items()}
 
     def _drain_target(self, route: Route) -> RunEngine | None:
         project, name = route
@@ -182,8 +201,9 @@ class Router:
         """Spool each route's span records; the drain thread logs them. Raises
         :class:`ReceiverBusy` when the spool is full."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
+        keys = self._resolve_all({t: len(r) for t, r in decoded.by_route.items()}, outcome)
         for target, records in decoded.by_route.items():
-            key = self._resolve(target, len(records), outcome)
+            key = keys[target]
             if key is not None:
                 self._append(codec.SPANS, codec.encode_records(records, key))
         self._count(spans=decoded.accepted, rejected=outcome.rejected)
@@ -194,8 +214,9 @@ class Router:
         other log records are only counted."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
         events = 0
+        keys = self._resolve_all({t: len(r) for t, r in decoded.by_route.items()}, outcome)
         for target, records in decoded.by_route.items():
-            key = self._resolve(target, len(records), outcome)
+            key = keys[target]
             if key is not None:
                 events += len(records)
                 self._append(codec.EVENTS, codec.encode_events(records, key))
@@ -205,18 +226,23 @@ class Router:
     def export_metrics(self, decoded: DecodedMetrics) -> Outcome:
         """Spool each route's part of a metrics request; the drain thread logs it."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
+        keys = self._resolve_all({t: decoded.points.get(t, 0) for t in decoded.parts}, outcome)
         for target, part in decoded.parts.items():
-            key = self._resolve(target, decoded.points.get(target, 0), outcome)
+            key = keys[target]
             if key is not None:
                 self._append(codec.METRICS, codec.encode_metrics(key, part))
         self._count(points=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
-    def count_refused(self) -> None:
-        """Count a request refused before decoding (bad token, size, type, body)."""
+    def count_refused(self, *, busy: bool = False) -> None:
+        """Count a request refused before decoding (bad token, size, type, body); ``busy``:
+        refused for now (503: the body budget), the client retries."""
         with self._stats_lock:
             self.stats.requests += 1
-            self.stats.rejected_requests += 1
+            if busy:
+                self.stats.refused_busy += 1
+            else:
+                self.stats.rejected_requests += 1
 
     def _count(
         self, spans: int = 0, points: int = 0, logs: int = 0, events: int = 0, rejected: int = 0

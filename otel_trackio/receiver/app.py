@@ -7,8 +7,9 @@ call run in Starlette's thread pool (``run_in_threadpool``).
 from __future__ import annotations
 
 import contextlib
-import hmac
+import dataclasses
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -22,12 +23,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from otel_trackio._codec.otlp import decode_logs, decode_metrics, decode_traces
+from otel_trackio._codec.otlp import ItemLimits, decode_logs, decode_metrics, decode_traces
+from otel_trackio._engine.warn import Warnings
+from otel_trackio.receiver._auth import BearerCheck
+from otel_trackio.receiver._body import (
+    SMALL_REQUEST_BYTES,
+    BodyBudget,
+    BodyClaim,
+    decompress,
+    read_body,
+)
 from otel_trackio.receiver._decode import (
     Encoding,
     M,
     RequestError,
-    decompress,
     encode_message,
     encoding_of,
     logs_response,
@@ -37,12 +46,13 @@ from otel_trackio.receiver._decode import (
     trace_response,
 )
 from otel_trackio.receiver._errors import ReceiverUnavailable
+from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
 from otel_trackio.receiver._routing import Router
 from otel_trackio.receiver._stats import Outcome
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
-DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = DEFAULT_LIMITS.max_body_bytes
 _MEDIA_TYPES: dict[Encoding, str] = {
     "protobuf": "application/x-protobuf",
     "json": "application/json",
@@ -53,46 +63,63 @@ def create_app(
     router: Router,
     *,
     token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_body_bytes: int | None = None,
+    limits: ReceiverLimits | None = None,
     on_shutdown: Callable[[], None] | None = None,
 ) -> Starlette:
     """An OTLP/HTTP receiver app feeding ``router``.
 
     Args:
-        router: where decoded spans, GenAI log events and metrics go.
+        router: where decoded spans, GenAI log events and metrics go; its settings'
+            ``max_span_attributes`` / ``max_span_events`` cap what is decoded.
         token: when set, requests need ``Authorization: Bearer <token>`` (else 401).
-        max_body_bytes: limit for the body and, separately, for the decompressed body (413).
+        max_body_bytes: limit for the body and, separately, for the decompressed body (413);
+            shorthand for ``limits.max_body_bytes``.
+        limits: what one request may cost (:class:`ReceiverLimits`: body sizes, the body bytes
+            held across connections, encoding layers, gzip members, JSON depth, timeouts).
         on_shutdown: called (in a worker thread) when the ASGI server stops the app; by default
             ``router.shutdown`` (open samples logged as partial, runs finished).
     """
-    expected = f"Bearer {token}".encode() if token else None
-
-    def authorized(request: Request) -> bool:
-        if expected is None:
-            return True
-        given = request.headers.get("authorization", "").encode("utf-8", "replace")
-        return hmac.compare_digest(given, expected)
+    limits = limits or DEFAULT_LIMITS
+    if max_body_bytes is not None:
+        limits = dataclasses.replace(limits, max_body_bytes=max_body_bytes)
+    auth = BearerCheck(token)
+    budget = BodyBudget(limits.inflight_bytes)
+    item_limits = ItemLimits(router.settings.max_span_attributes, router.settings.max_span_events)
+    warn = Warnings(every_seconds=60.0)
+    # JSON costs ~10x its size in Python objects while parsed (protobuf ~5x, outside Python):
+    # large JSON bodies are parsed one at a time, so their peak memory does not add up.
+    large_json = threading.BoundedSemaphore(1)
 
     async def handle(
-        request: Request, process: Callable[[bytes, str | None, Encoding], Any]
+        request: Request, process: Callable[[bytes, str | None, Encoding, BodyClaim], Any]
     ) -> Response:
         content_type = request.headers.get("content-type")
         encoding: Encoding = "json" if "json" in (content_type or "").lower() else "protobuf"
+        claim = budget.claim()
         try:
-            if not authorized(request):
+            if not auth.allows(request.headers.get("authorization")):
                 raise RequestError(401, "missing or wrong bearer token")
             encoding = encoding_of(content_type)
-            body = await _read_body(request, max_body_bytes)
+            body = await read_body(
+                request.receive, request.headers.get("content-length"), limits, claim
+            )
             content_encoding = request.headers.get("content-encoding")
-            message = await run_in_threadpool(process, body, content_encoding, encoding)
+            message = await run_in_threadpool(process, body, content_encoding, encoding, claim)
         except RequestError as exc:
-            router.count_refused()
-            return _error(exc.status, exc.message, encoding)
-        except ReceiverUnavailable as exc:  # shutting down, or the spool is full
+            router.count_refused(busy=exc.status == 503)
+            if exc.warn:
+                client = request.client
+                source = f"{client.host}:{client.port}" if client else "a client"
+                warn(str(exc.status), f"refused a request from {source}: {exc.status} {exc}")
+            return _error(exc.status, exc.message, encoding, exc.headers)
+        except ReceiverUnavailable as exc:  # shutting down, the spool is full, no route left
             return _error(503, str(exc), encoding, {"Retry-After": str(exc.retry_after_seconds)})
         except Exception as exc:
             _logger.exception("otel-trackio: receiver failed on a request")
             return _error(500, f"internal error: {exc!r}", encoding)
+        finally:
+            claim.release()
         return Response(encode_message(message, encoding), media_type=_MEDIA_TYPES[encoding])
 
     def endpoint(
@@ -102,9 +129,17 @@ def create_app(
     ) -> Callable[[Request], Awaitable[Response]]:
         """One OTLP signal: body → decompressed → parsed → exported → its response message."""
 
-        def process(body: bytes, content_encoding: str | None, encoding: Encoding) -> Message:
-            data = decompress(body, content_encoding, max_body_bytes)
-            outcome = export(parse_request(data, encoding, message_type))
+        def process(
+            body: bytes, content_encoding: str | None, encoding: Encoding, claim: BodyClaim
+        ) -> Message:
+            data = decompress(body, content_encoding, limits, claim.take)
+            slot = large_json if encoding == "json" and len(data) > SMALL_REQUEST_BYTES else None
+            with slot or contextlib.nullcontext():
+                request = parse_request(
+                    data, encoding, message_type, limits.max_json_depth, item_limits
+                )
+            del data  # the decoded request is all that is needed from here
+            outcome = export(request)
             return respond(outcome.rejected, outcome.message)
 
         async def receive(request: Request) -> Response:
@@ -114,7 +149,7 @@ def create_app(
 
     traces = endpoint(
         trace_service_pb2.ExportTraceServiceRequest,
-        lambda request: router.export_spans(decode_traces(request)),
+        lambda request: router.export_spans(decode_traces(request, item_limits)),
         trace_response,
     )
     metrics = endpoint(
@@ -124,7 +159,7 @@ def create_app(
     )
     logs = endpoint(
         logs_service_pb2.ExportLogsServiceRequest,
-        lambda request: router.export_logs(decode_logs(request)),
+        lambda request: router.export_logs(decode_logs(request, item_limits)),
         logs_response,
     )
 
@@ -143,26 +178,6 @@ def create_app(
         ],
         lifespan=lifespan,
     )
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refusing (413) as soon as it is known to be over ``limit``."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            length = int(declared)
-        except ValueError:
-            raise RequestError(400, f"bad Content-Length {declared!r}") from None
-        if length > limit:
-            raise RequestError(413, f"body of {length} bytes is over the {limit}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"body is over the {limit}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _error(

@@ -8,6 +8,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from otel_trackio.receiver._auth import TOKEN_ENV, resolve_token
+from otel_trackio.receiver._limits import DEFAULT_LIMITS, MIB, ReceiverLimits
+
 
 def _print(line: str) -> None:
     print(line, flush=True)
@@ -34,13 +37,63 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--token",
         default=None,
-        help="require 'Authorization: Bearer TOKEN' (mandatory on a non-loopback --host)",
+        help="require 'Authorization: Bearer TOKEN' (mandatory on a non-loopback --host; "
+        f"visible in ps: prefer --token-file or {TOKEN_ENV})",
     )
+    serve.add_argument(
+        "--token-file",
+        default=None,
+        help=f"read the token from the first line of this file (else --token, else {TOKEN_ENV})",
+    )
+    limits = DEFAULT_LIMITS
     serve.add_argument(
         "--max-body-mb",
         type=float,
-        default=20.0,
-        help="largest body, compressed or decompressed, in MiB (default 20)",
+        default=limits.max_body_bytes / MIB,
+        help="largest body, compressed or decompressed, in MiB "
+        f"(default {limits.max_body_bytes / MIB:g})",
+    )
+    serve.add_argument(
+        "--max-inflight-mb",
+        type=float,
+        default=None,
+        help="request bodies held at once across all connections, raw and decompressed, in MiB; "
+        "past it 503 with Retry-After (default 64, or twice --max-body-mb when more)",
+    )
+    serve.add_argument(
+        "--read-timeout-seconds",
+        type=float,
+        default=limits.read_timeout_seconds,
+        help="longest silence while a request is read, and the time a request's headers may "
+        f"take (default {limits.read_timeout_seconds:g})",
+    )
+    serve.add_argument(
+        "--body-timeout-seconds",
+        type=float,
+        default=limits.body_timeout_seconds,
+        help="the time one request's body may take in all "
+        f"(default {limits.body_timeout_seconds:g})",
+    )
+    serve.add_argument(
+        "--max-routes",
+        type=int,
+        default=limits.max_routes,
+        help="distinct (trackio.project, trackio.run) routes served at most, the server's own "
+        f"included; a new one past it gets 503 with Retry-After (default {limits.max_routes})",
+    )
+    serve.add_argument(
+        "--max-span-attributes",
+        type=int,
+        default=None,
+        help="keep the first N attributes of a span, event or log record, marking the cut "
+        "(default 1024, or OTEL_EXPORTER_TRACKIO_MAX_SPAN_ATTRIBUTES)",
+    )
+    serve.add_argument(
+        "--max-span-events",
+        type=int,
+        default=None,
+        help="keep the first N events of a span, marking the cut (default 1024, or "
+        "OTEL_EXPORTER_TRACKIO_MAX_SPAN_EVENTS)",
     )
     serve.add_argument(
         "--sample-grace-seconds",
@@ -110,6 +163,18 @@ def _drain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _limits(args: argparse.Namespace) -> ReceiverLimits:
+    """The receiver's limits from ``serve``'s options (``ValueError`` when one is not valid)."""
+    inflight = args.max_inflight_mb
+    return ReceiverLimits(
+        max_body_bytes=max(1, int(args.max_body_mb * MIB)),
+        max_inflight_bytes=None if inflight is None else max(1, int(inflight * MIB)),
+        read_timeout_seconds=args.read_timeout_seconds,
+        body_timeout_seconds=args.body_timeout_seconds,
+        max_routes=args.max_routes,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = build_parser().parse_args(argv)
@@ -123,17 +188,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"otel-trackio serve {missing_extra(exc)}", file=sys.stderr)
         return 2
-    overrides: dict[str, Any] = {}
-    if args.sample_grace_seconds is not None:
-        overrides["sample_grace_seconds"] = args.sample_grace_seconds
+    overrides: dict[str, Any] = {
+        name: value
+        for name in ("sample_grace_seconds", "max_span_attributes", "max_span_events")
+        if (value := getattr(args, name)) is not None
+    }
     try:
         receiver = OTLPReceiver(
             args.project,
             args.name,
             host=args.host,
             port=args.port,
-            token=args.token,
-            max_body_bytes=max(1, int(args.max_body_mb * 1024 * 1024)),
+            token=resolve_token(args.token, args.token_file),
+            limits=_limits(args),
             summary_interval=args.summary_seconds,
             report=_print,
             settings=TrackioSettings.from_env(**overrides),

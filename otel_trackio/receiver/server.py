@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import logging
 import signal
@@ -16,9 +17,11 @@ from typing import Any
 
 import uvicorn
 
+from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
+from otel_trackio.receiver._protocol import guarded_protocol
 from otel_trackio.receiver._routing import Router
 from otel_trackio.receiver._summary import Summary
-from otel_trackio.receiver.app import DEFAULT_MAX_BODY_BYTES, create_app
+from otel_trackio.receiver.app import create_app
 from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio.receiver")
@@ -54,11 +57,13 @@ class OTLPReceiver:
             ``trackio.project`` / ``trackio.run`` goes to that project/run instead.
         host, port: where to listen. A non-loopback host needs a ``token``.
         token: required ``Authorization: Bearer <token>`` of every request.
-        max_body_bytes: limit for a body and for its decompressed size.
+        limits: what one request may cost (:class:`~otel_trackio.receiver.ReceiverLimits`:
+            body sizes, body bytes held across connections, encoding layers, gzip members,
+            JSON depth, header and body timeouts, routes).
+        max_body_bytes, max_routes: shorthands for those two ``limits``.
         summary_interval: seconds between summary lines while data flows (0: none).
         report: where the start-up and summary lines go (default: the ``otel_trackio.receiver``
             logger at INFO).
-        max_routes: at most this many (project, run) pairs.
         spool: the spool directory (default: per project and run under ``spool_dir``).
         drain_seconds: how long stopping waits for the spool to drain.
         settings: a :class:`~otel_trackio.TrackioSettings` for every route.
@@ -74,10 +79,11 @@ class OTLPReceiver:
         host: str = "127.0.0.1",
         port: int = 4318,
         token: str | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        limits: ReceiverLimits | None = None,
+        max_body_bytes: int | None = None,
         summary_interval: float = 5.0,
         report: Callable[[str], None] | None = None,
-        max_routes: int = 64,
+        max_routes: int | None = None,
         spool: Path | str | None = None,
         drain_seconds: float = 30.0,
         settings: TrackioSettings | None = None,
@@ -86,15 +92,20 @@ class OTLPReceiver:
         if not token and not is_loopback(host):
             raise ValueError(
                 f"refusing to listen on non-loopback address {host!r} without a token: "
-                "pass --token (clients send 'Authorization: Bearer <token>')"
+                "pass --token-file, OTEL_TRACKIO_RECEIVER_TOKEN or --token (clients send "
+                "'Authorization: Bearer <token>')"
             )
-        if max_body_bytes <= 0:
-            raise ValueError("max_body_bytes must be positive")
+        limits = limits or DEFAULT_LIMITS
+        shorthands = {"max_body_bytes": max_body_bytes, "max_routes": max_routes}
+        limits = dataclasses.replace(
+            limits, **{k: v for k, v in shorthands.items() if v is not None}
+        )
+        self.limits = limits
         self.project = project
         self.name = name
         self.host = host
         self.token = token
-        self.max_body_bytes = max_body_bytes
+        self.max_body_bytes = limits.max_body_bytes
         self.summary_interval = summary_interval
         self.drain_seconds = drain_seconds
         self._report = report or (lambda line: _logger.info("%s", line))
@@ -102,14 +113,17 @@ class OTLPReceiver:
         self.port: int = self._socket.getsockname()[1]
         try:
             self.router = Router(
-                project, name, settings=settings, spool=spool, max_routes=max_routes, **options
+                project,
+                name,
+                settings=settings,
+                spool=spool,
+                max_routes=limits.max_routes,
+                **options,
             )
         except BaseException:
             self._socket.close()
             raise
-        self.app = create_app(
-            self.router, token=token, max_body_bytes=max_body_bytes, on_shutdown=self._finish
-        )
+        self.app = create_app(self.router, token=token, limits=limits, on_shutdown=self._finish)
         config = uvicorn.Config(
             self.app,
             log_level="warning",
@@ -117,6 +131,8 @@ class OTLPReceiver:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=30,
+            http=guarded_protocol(limits),
+            h11_max_incomplete_event_size=limits.max_header_bytes,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None

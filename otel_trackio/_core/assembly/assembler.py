@@ -46,6 +46,7 @@ from typing import Any
 from otel_trackio._core.assembly.events import attach_events, placeholder
 from otel_trackio._core.assembly.identity import Identifier
 from otel_trackio._core.assembly.memory import EmittedSamples
+from otel_trackio._core.conventions.mlflow import normalize_attributes
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import (
     OpenSampleLookup,
@@ -284,6 +285,9 @@ class SampleAssembler:
         return trace
 
     def _buffer(self, record: SpanRecord, now: float, out: list[Sample]) -> bool:
+        # A dialect that writes the identity its own way (MLflow: JSON-encoded values, trace
+        # tags) is read as plain attributes from here on.
+        record.attributes = normalize_attributes(record.attributes)
         trace = self._touch(record.trace_id, now)
         if record.span_id in trace.spans or record.span_id in trace.held_spans:
             identity = self._identifier.identify([record], None, reason="duplicate")

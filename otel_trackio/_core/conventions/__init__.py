@@ -24,7 +24,9 @@ per field):
   ``traceloop.entity.input/output`` > the span's messages (one message: its content).
 
 Framework dialects (Strands/Bedrock blocks, smolagents' roles, LiteLLM's extras) are normalised
-by :mod:`.dialects` inside the readers.
+by :mod:`.dialects` inside the readers. MLflow's span format (:mod:`.mlflow`: JSON-encoded
+``mlflow.spanInputs``/``spanOutputs``, ``mlflow.spanType``, ``mlflow.chat.tokenUsage``) comes last
+in each field's precedence, so a span that also carries a convention's attributes reads as that.
 """
 
 from __future__ import annotations
@@ -33,7 +35,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_trackio._core.conventions import dialects, openinference, openllmetry, otel_genai, tokens
+from otel_trackio._core.conventions import (
+    dialects,
+    mlflow,
+    openinference,
+    openllmetry,
+    otel_genai,
+    tokens,
+)
 from otel_trackio._core.conventions._common import (
     Messages,
     normalize_message,
@@ -57,6 +66,7 @@ MODEL_KEYS = (
     "gen_ai.request.model",
     "llm.model_name",
     "llm.response.model",
+    mlflow.MODEL,
 )
 PROVIDER_KEYS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
 #: span metadata note on a sample root LiteLLM wrote its model-call attributes onto
@@ -116,25 +126,30 @@ def read_span_facts(span: SpanRecord, settings: TrackioSettings | None = None) -
     ``settings`` gives the token decoder and the token id attributes.
     """
     settings = settings or _DEFAULT_SETTINGS
-    attrs = span.attributes
+    attrs = mlflow.normalize_attributes(span.attributes)
+    view = mlflow.read(attrs)
     facts = SpanFacts()
     facts.model = _first_text(attrs, MODEL_KEYS, facts.consumed)
     facts.provider = _first_text(attrs, PROVIDER_KEYS, facts.consumed)
     facts.usage = _read_usage(attrs, facts.consumed)
     facts.cost_usd = _read_cost(attrs, facts.consumed)
-    found_messages = _read_messages(span, facts)
+    found_messages = _read_messages(span, attrs, facts, view)
     text = tokens.read(
-        attrs,
+        {**attrs, **view.token_fields} if view is not None and view.token_fields else attrs,
         settings.token_decoder,
         settings.token_id_attributes,
         facts.consumed,
         facts.extra_metadata,
     )
-    kind = _explicit_kind(attrs)
+    if view is not None:
+        facts.consumed.update(view.consumed)
+        if facts.usage is None:
+            facts.usage = view.usage
+    kind = _explicit_kind(attrs) or (view.kind if view is not None else None)
     if kind is None:
         kind = "generation" if found_messages or facts.usage or text.found else "span"
     facts.kind = kind
-    _read_io(attrs, facts)
+    _read_io(attrs, facts, view)
     if kind == "generation":
         _messages_from_io(facts, text)
     if text.input is not None:
@@ -242,9 +257,10 @@ _FLAT_PREFIXES = (
 )
 
 
-def _read_messages(span: SpanRecord, facts: SpanFacts) -> bool:
+def _read_messages(
+    span: SpanRecord, attrs: Mapping[str, Any], facts: SpanFacts, view: mlflow.MlflowView | None
+) -> bool:
     """Fill system/input/output messages by precedence; True when any form was found."""
-    attrs = span.attributes
     sources = [otel_genai.read_attributes(attrs, facts.consumed)]
     if span.events:
         # The span's own events, then the log events joined to it (the assembler keeps them last).
@@ -256,6 +272,8 @@ def _read_messages(span: SpanRecord, facts: SpanFacts) -> bool:
     if any(key.startswith(_FLAT_PREFIXES) for key in attrs):  # one cheap pass for both readers
         sources.append(openinference.read(attrs, facts.consumed))
         sources.append(openllmetry.read(attrs, facts.consumed))
+    if view is not None:
+        sources.append(view.messages)
     for found in sources:
         if found.system and not facts.system_messages:
             facts.system_messages = found.system
@@ -288,9 +306,10 @@ def _value(attrs: Mapping[str, Any], key: str) -> Any:
     return parse_json(attrs[key])
 
 
-def _read_io(attrs: Mapping[str, Any], facts: SpanFacts) -> None:
-    """Input/output by precedence. A tool span's messages (e.g. Strands' events) are its I/O
-    only when no tool attribute gave it; any other span's messages always are."""
+def _read_io(attrs: Mapping[str, Any], facts: SpanFacts, view: mlflow.MlflowView | None) -> None:
+    """Input/output by precedence (MLflow's ``spanInputs``/``spanOutputs`` last). A tool span's
+    messages (e.g. Strands' events) are its I/O only when no tool attribute gave it; any other
+    span's messages always are."""
     tool = facts.kind == "tool"
     for side, keys in (
         ("input", _TOOL_INPUT_KEYS if tool else (*_INPUT_KEYS, "gen_ai.tool.call.arguments")),
@@ -303,6 +322,11 @@ def _read_io(attrs: Mapping[str, Any], facts: SpanFacts) -> None:
                 if key.endswith(".value"):
                     facts.consumed.add(f"{key[: -len('.value')]}.mime_type")
                 break
+    if view is not None:
+        if facts.input is None:
+            facts.input = view.input
+        if facts.output is None:
+            facts.output = view.output
     inputs = facts.system_messages + (facts.input_messages or [])
     if tool:
         if facts.input is None and inputs:

@@ -1,7 +1,10 @@
 """Token id lists on spans (``prompt_ids``, ``response_ids``, ``token_ids``) decoded to text.
 
 RL rollouts often record only token ids. With a ``token_decoder`` the exporter turns them into
-text on its own thread (conversion runs in ``export()``), never on the rollout thread.
+text on its own thread (conversion runs in ``export()``), never on the rollout thread. A span that
+already carries the decoded text beside its ids (``prompt_text`` / ``response_text``, verl's
+``token2text`` names: the worker decoded them, e.g. :mod:`otel_trackio.verl` before sending over
+OTLP) needs no decoder: that text is used with those ids.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from otel_trackio.settings import TokenDecoder
+
+#: side → the attribute holding the text already decoded from that side's token ids
+DECODED_TEXT_ATTRIBUTES: Mapping[str, str] = {"input": "prompt_text", "output": "response_text"}
 
 
 def token_ids(value: Any) -> list[int] | None:
@@ -54,8 +60,8 @@ def read(
     consumed: set[str],
     extra: dict[str, Any],
 ) -> TokenText:
-    """The span's token ids, decoded. A failing decoder leaves the ids in metadata and notes
-    the error; it never raises."""
+    """The span's token ids, decoded (or their text, when the span carries it already). A failing
+    decoder leaves the ids in metadata and notes the error; it never raises."""
     found = False
     texts: dict[str, tuple[str, list[int]]] = {}
     for name, side in names.items():
@@ -63,6 +69,12 @@ def read(
         if ids is None:
             continue
         found = True
+        decoded = attrs.get(DECODED_TEXT_ATTRIBUTES.get(side, ""))
+        if isinstance(decoded, str) and side not in texts:
+            consumed.update((name, DECODED_TEXT_ATTRIBUTES[side]))
+            extra[f"{name}.count"] = len(ids)
+            texts[side] = (decoded, ids)
+            continue
         if decoder is None:
             continue
         try:

@@ -1,0 +1,274 @@
+"""The span pipeline on its own (``otel_trackio._engine.pipeline.TracePipeline``): span records in,
+one ``run.log`` per step out, written to Trackio's storage before ``add`` returns.
+
+No SDK here: records are built directly and fed to a pipeline over a real
+:class:`~otel_trackio._engine.sink.TrackioSink` (real Trackio storage in the session's temp
+``TRACKIO_DIR``). Time is an injected clock, so grace periods are decided by the test, not by
+the machine's speed. What is stored is read back from Trackio's SQLite storage and counted by
+``(step, sample_index)``, duplicates included.
+
+The exporter around the pipeline: ``test_exporter.py``; the assembler inside it:
+``test_assembly.py``, ``test_whole_samples.py``; faults through the exporter:
+``test_faults_exporter.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trackio.sqlite_storage import SQLiteStorage
+
+from otel_trackio._core.records import SpanRecord
+from otel_trackio._engine.grace import RECEIVER_GRACE_SECONDS, GracePolicy
+from otel_trackio._engine.pipeline import TracePipeline
+from otel_trackio._engine.run import build_run_engine
+from otel_trackio._engine.sink import TrackioSink
+from otel_trackio.settings import TrackioSettings
+
+RUN = "pipe"
+WAIT = 30.0  # seconds: the most a state may take to show with the CPU busy
+
+
+class Clock:
+    """A monotonic clock the test moves by hand (``now``), or lets run with the real one."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.real = False
+
+    def __call__(self) -> float:
+        return time.monotonic() + 1e6 if self.real else self.now
+
+
+def _sample(step: int, index: Any, rollout_n: Any = None, *, trace_id: int) -> list[SpanRecord]:
+    """A two-span sample, child first (as the SDK delivers them)."""
+    attributes: dict[str, Any] = {"step": step, "sample_index": index}
+    if rollout_n is not None:
+        attributes["rollout_n"] = rollout_n
+    root = SpanRecord(trace_id, 1, "rollout", 0, 10, attributes=attributes)
+    child = SpanRecord(trace_id, 2, "generate", 1, 9, parent_id=1)
+    return [child, root]
+
+
+def _stored(project: str) -> list[dict[str, Any]]:
+    return SQLiteStorage.get_traces(project, RUN)
+
+
+def _counts(project: str) -> Counter[tuple[int, Any]]:
+    """How many Traces are stored for each (step, sample_index)."""
+    return Counter((t["step"], t["metadata"].get("sample_index")) for t in _stored(project))
+
+
+def _wait_for(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def pipeline_of(project: str) -> Iterator[Any]:
+    """Build pipelines over a real sink of ``project``/``RUN``; all closed at the end."""
+    built: list[TracePipeline] = []
+
+    def build(grace: float = 0.0, clock: Clock | None = None) -> TracePipeline:
+        settings = TrackioSettings(project=project, name=RUN)
+        sink = TrackioSink(project, RUN)
+        pipeline = TracePipeline(
+            settings,
+            sink,
+            grace=GracePolicy(explicit=grace),
+            open_samples=None,
+            clock=clock if clock is not None else Clock(),
+        )
+        built.append(pipeline)
+        return pipeline
+
+    yield build
+    for pipeline in built:
+        pipeline.close(5.0)
+
+
+# Trackio's own warning of the write that storage_write_failing makes fail.
+TRACKIO_WRITE_WARNING = pytest.mark.filterwarnings("ignore:trackio failed to flush:UserWarning")
+
+
+@contextmanager
+def storage_write_failing(project: str) -> Iterator[None]:
+    """Trackio's storage refuses writes: its project lock file cannot be opened (a directory
+    stands in its place), so every ``bulk_log`` fails at once, as a held lock does after 10 s."""
+    lock = Path(SQLiteStorage._get_process_lock(project).lockfile_path)
+    lock.unlink(missing_ok=True)
+    lock.mkdir()
+    try:
+        yield
+    finally:
+        lock.rmdir()
+
+
+def test_each_step_is_one_log_call_with_its_traces_in_sample_order(project, pipeline_of):
+    pipeline = pipeline_of()
+    records: list[SpanRecord] = []
+    # Arrival order is not sample order; sample_index values mix ints and strings of ints.
+    for tid, (step, index, n) in enumerate(
+        [(2, 1, 1), (1, "10", 0), (2, 1, 0), (1, 2, 0), (2, 0, 3), (1, 0, 1), (1, 0, 0)], 1
+    ):
+        records.extend(_sample(step, index, n, trace_id=tid))
+    assert pipeline.add(records)
+    assert pipeline.stats.log_calls == 2  # one per step
+    assert pipeline.stats.samples_logged == 7
+    stored = _stored(project)  # durable when add returned: no waiting
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for trace in stored:
+        by_step.setdefault(trace["step"], []).append(trace)
+    assert sorted(by_step) == [1, 2]
+    for traces in by_step.values():
+        assert len({t["timestamp"] for t in traces}) == 1  # one run.log
+    order = {
+        step: [
+            (t["metadata"]["sample_index"], t["metadata"]["rollout_n"])
+            for t in sorted(traces, key=lambda t: t["index"])
+        ]
+        for step, traces in by_step.items()
+    }
+    assert order == {1: [(0, 0), (0, 1), (2, 0), ("10", 0)], 2: [(0, 3), (1, 0), (1, 1)]}
+
+
+def test_a_completed_sample_is_logged_only_after_its_grace_period(project, pipeline_of):
+    clock = Clock()
+    pipeline = pipeline_of(grace=5.0, clock=clock)
+    child, root = _sample(1, 0, trace_id=1)
+    assert pipeline.add([root])
+    assert pipeline.assembler.held_samples == 1
+    assert not _stored(project)
+    clock.now += 4.9
+    late = SpanRecord(1, 3, "judge", 11, 12, parent_id=1)
+    assert pipeline.add([child, late])  # spans trailing the root join it during its grace
+    assert pipeline.expire()
+    assert not _stored(project)
+    clock.now += 0.2  # 5.1 s after the root
+    assert pipeline.expire()
+    [trace] = _stored(project)
+    assert trace["metadata"]["span_count"] == 3
+    assert not trace["metadata"].get("partial")
+    assert pipeline.assembler.held_samples == 0
+
+
+def test_the_timer_logs_held_samples_when_no_more_data_comes(project, pipeline_of):
+    clock = Clock()  # stands still until the test lets it run
+    pipeline = pipeline_of(grace=0.05, clock=clock)
+    assert pipeline.add(_sample(3, 0, trace_id=1))
+    assert pipeline.assembler.held_samples == 1
+    assert not _stored(project)  # the clock stands still: the grace period cannot end
+    clock.real = True  # time passes; nobody calls the pipeline again
+    _wait_for(lambda: _counts(project) == Counter({(3, 0): 1}), "the timer to log the sample")
+    assert pipeline.assembler.held_samples == 0
+    assert pipeline.stats.samples_logged == 1
+
+
+@TRACKIO_WRITE_WARNING
+def test_a_failed_storage_write_returns_false_and_counts_the_samples_lost(project, pipeline_of):
+    pipeline = pipeline_of()
+    assert pipeline.add(_sample(1, 0, trace_id=1))
+    with storage_write_failing(project):
+        assert pipeline.add(_sample(1, 1, trace_id=2)) is False
+        assert pipeline.sink.last_failures  # Trackio's own report of the failed write
+    assert pipeline.stats.failed_exports == 1
+    assert pipeline.stats.samples_lost == 1
+    assert pipeline.add(_sample(2, 2, trace_id=3))  # storage is back: the next export works
+    assert pipeline.stats.samples_lost == 1
+    # The refused export is the one missing; nothing acknowledged is lost, nothing doubled.
+    assert _counts(project) == Counter({(1, 0): 1, (2, 2): 1})
+
+
+@TRACKIO_WRITE_WARNING
+def test_flush_logs_open_samples_as_partial_and_held_ones_whole(project, pipeline_of):
+    pipeline = pipeline_of(grace=60.0)
+    held = _sample(1, 0, trace_id=1)
+    open_child = SpanRecord(2, 2, "generate", 1, 9, parent_id=1)  # its root has not ended
+    assert pipeline.add([*held, open_child])
+    assert not _stored(project)
+    with storage_write_failing(project):
+        assert pipeline.flush() is False  # a flush that cannot write says so
+    assert pipeline.stats.samples_lost == 2
+    assert pipeline.add([*_sample(1, 0, trace_id=3), SpanRecord(4, 2, "generate", 1, 9, 1)])
+    assert pipeline.flush()
+    stored = _stored(project)
+    assert len(stored) == 2
+    [whole] = [t for t in stored if t["metadata"].get("sample_index") == 0]
+    [partial] = [t for t in stored if t is not whole]
+    assert not whole["metadata"].get("partial") and whole["metadata"]["span_count"] == 2
+    assert partial["metadata"]["partial"] is True
+    assert partial["metadata"]["partial_reason"] == "flush"
+    assert pipeline.stats.partial_samples == 2  # one in the failed flush, one now
+
+
+def test_close_flushes_once_and_is_idempotent(project, pipeline_of):
+    pipeline = pipeline_of(grace=60.0)
+    assert pipeline.add(_sample(5, 0, trace_id=1))
+    pipeline.close()
+    assert pipeline.closed
+    pipeline.close()  # a second close does nothing, raises nothing
+    assert _counts(project) == Counter({(5, 0): 1})
+    assert pipeline.add(_sample(5, 1, trace_id=2)) is False  # after close: refused
+    assert pipeline.flush() is False
+    assert pipeline.expire() is False
+    assert _counts(project) == Counter({(5, 0): 1})
+    assert pipeline.stats.samples_logged == 1
+
+
+def test_close_racing_exports_from_threads_loses_nothing_acknowledged(project, pipeline_of):
+    pipeline = pipeline_of()
+    acknowledged: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def export(worker: int) -> None:
+        for index in range(10):
+            tid = worker * 100 + index + 1
+            if pipeline.add(_sample(worker, index, trace_id=tid)):
+                with lock:
+                    acknowledged.append((worker, index))
+
+    threads = [threading.Thread(target=export, args=(w,)) for w in range(3)]
+    for thread in threads:
+        thread.start()
+    pipeline.close()
+    for thread in threads:
+        thread.join(WAIT)
+    counts = _counts(project)
+    assert all(n == 1 for n in counts.values()), counts  # nothing doubled
+    assert set(acknowledged) <= set(counts)  # nothing acknowledged lost
+
+
+def test_the_engine_builds_one_pipeline_over_its_sink_with_the_paths_grace(project):
+    settings = TrackioSettings(project=project, name=RUN)
+    engine = build_run_engine(settings, transport="receiver")
+    try:
+        assert engine.spans.sink is engine.sink
+        assert engine.grace.seconds() == RECEIVER_GRACE_SECONDS
+        assert engine.spans.add(_sample(1, 0, trace_id=1))
+        assert not _stored(project)  # held for the receiver's grace period
+    finally:
+        engine.shutdown()
+        engine.shutdown()
+    assert _counts(project) == Counter({(1, 0): 1})  # shutdown logs what was held
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: a sample delivered again after its Trace was logged (an OTLP client "
+    "retrying a request whose response was lost) is stored a second time",
+)
+def test_a_redelivered_sample_is_not_stored_twice(project, pipeline_of):
+    pipeline = pipeline_of()
+    assert pipeline.add(_sample(1, 0, trace_id=1))
+    assert pipeline.add(_sample(1, 0, trace_id=1))  # the same spans, same ids
+    assert _counts(project) == Counter({(1, 0): 1})

@@ -1,0 +1,18 @@
+"""``tests/README.md`` is the index a newcomer reads to find the tests of a stage: it names every
+test file, and every test file it names exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+INDEX = TESTS / "README.md"
+
+
+def test_the_index_names_every_test_file_and_only_files_that_exist():
+    text = INDEX.read_text(encoding="utf-8")
+    named = set(re.findall(r"`(\w+\.py)`", text))
+    files = {p.name for p in TESTS.glob("test_*.py")}
+    assert sorted(files - named) == [], "add these to tests/README.md"
+    assert sorted(n for n in named if n.startswith("test_") and n not in files) == []
