@@ -15,7 +15,7 @@ from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.open_spans import FirstKnown, OpenSpans
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.report import RunSummary, say
-from otel_trackio._engine.run import RunEngine, build_run_engine, offload_enabled
+from otel_trackio._engine.run import RunEngine, build_run_engine, with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._offload.client import OffloadClient, portable
@@ -75,7 +75,8 @@ class TrackioSpanExporter(SpanExporter):
         settings: TrackioSettings | None = None,
         **options: Any,
     ) -> None:
-        settings = settings_for(project, name, settings, options)
+        asked = settings_for(project, name, settings, options)
+        settings = with_offload_resolved(asked)
         self.settings = settings
         self.open_spans = OpenSpans()
         """Spans started and not ended (fed by ``TrackioSpanProcessor``/``OpenSampleTracker``):
@@ -92,12 +93,13 @@ class TrackioSpanExporter(SpanExporter):
         self._sink = TrackioSink(
             settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
         )
-        if offload_enabled(settings, process_wide=False):
+        if settings.offload:
             why_not = _why_not_offload(settings, self._sink)
             if why_not is None:
                 self._offload = OffloadClient(settings, self._sink)
-            else:
-                _logger.warning(
+            else:  # a warning when asked for; by default, in process is the answer
+                _logger.log(
+                    logging.WARNING if asked.offload else logging.INFO,
                     "otel-trackio: exporting spans in this process, not through an offload "
                     "writer process: %s (offload=False says so and silences this)",
                     why_not,

@@ -24,6 +24,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_trackio._codec.sdk import attributes_view
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio.settings import active_settings
 from otel_trackio.span_exporter import TrackioSpanExporter
@@ -58,9 +59,8 @@ class OpenSampleTracker(SpanProcessor):
         """Record a starting span (for the exporter) and sample root (the registry)."""
         if self._open_spans is not None:
             self._open_spans.started(span)
-        attributes = span.attributes
-        name = self._sample_attribute or active_settings().sample_attribute
-        if attributes and name in attributes:
+        attributes = attributes_view(span)
+        if (self._sample_attribute or active_settings().sample_attribute) in attributes:
             context = span.get_span_context()
             self._registry.register(context.trace_id, context.span_id, dict(attributes))
 
@@ -68,11 +68,10 @@ class OpenSampleTracker(SpanProcessor):
         """Forget a span once it ended (the exporter then has it itself)."""
         if self._open_spans is not None:
             self._open_spans.ended(span)
-        attributes = span.attributes
-        name = self._sample_attribute or active_settings().sample_attribute
-        context = span.context
-        if attributes and name in attributes and context is not None:
-            self._registry.unregister(context.trace_id, context.span_id)
+        if (self._sample_attribute or active_settings().sample_attribute) in attributes_view(span):
+            context = span.context
+            if context is not None:
+                self._registry.unregister(context.trace_id, context.span_id)
 
     def shutdown(self) -> None:
         """Nothing to release."""

@@ -13,6 +13,9 @@ import uuid
 _TRACKIO_DIR = tempfile.mkdtemp(prefix="otel-trackio-tests-")
 os.environ["TRACKIO_DIR"] = _TRACKIO_DIR
 os.environ.setdefault("TRACKIO_DISABLE_TELEMETRY", "1")
+# Exporters offload by default; most tests look at the engine in this process (the offload tests
+# ask for offload=True, and the default itself is tested with this variable removed).
+os.environ["OTEL_EXPORTER_TRACKIO_OFFLOAD"] = "false"
 
 import pytest  # noqa: E402
 from trackio import context_vars  # noqa: E402

@@ -80,6 +80,7 @@ class TracePipeline:
         self.assembler = SampleAssembler(
             settings,
             grace_seconds=self.grace.seconds(),
+            quick_grace_seconds=self.grace.quick_seconds(),
             open_samples=open_samples,
             steps=steps,
             clock=clock,
@@ -144,6 +145,7 @@ class TracePipeline:
         self._lock.acquire()
         try:
             self.assembler.grace_seconds = self.grace.seconds(log_events=True)
+            self.assembler.quick_grace_seconds = self.grace.quick_seconds(log_events=True)
         finally:
             self._unlock()
 
