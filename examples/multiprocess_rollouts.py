@@ -24,8 +24,6 @@ import multiprocessing
 import random
 import sys
 
-from _show import show_command
-
 from otel_trackio.receiver import missing_extra
 
 STEPS = 3
@@ -132,7 +130,6 @@ def main() -> None:
     print(f"{args.workers} workers sent {expected} samples into run {receiver.run_name!r}.")
     if failed:
         raise SystemExit(f"{len(failed)} workers failed (exit codes {failed})")
-    print(f"Look at them with:\n    {show_command(args.project)}\n(Traces and Metrics pages)")
 
 
 if __name__ == "__main__":

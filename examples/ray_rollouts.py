@@ -43,8 +43,6 @@ import os
 import random
 import sys
 
-from _show import show_command
-
 from otel_trackio.receiver import missing_extra
 
 try:
@@ -167,7 +165,6 @@ def main() -> None:
     finally:
         ray.shutdown()
         receiver.stop()
-    print(f"Look at them with:\n    {show_command(args.project)}\n(Traces and Metrics pages)")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass
 
 import trackio
-from _show import show_command
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
 
@@ -190,13 +189,7 @@ def main() -> None:
 
     telemetry.shutdown()  # flushes spans and metrics (the run is ours: it stays open)
     trackio.finish()
-    stats = telemetry.span_exporter.stats
-    print(
-        f"\nLogged {stats.samples_logged} rollout samples ({stats.partial_samples} partial) to "
-        f"Trackio project '{args.project}', run '{args.name}'."
-    )
-    print(f"Look at them with:\n    {show_command(args.project)}")
-    print("then open the printed URL: the 'Traces' page (key rollout/traces) and 'Metrics'.")
+    # shutdown() printed the summary: samples logged, partial, lost, and the command to open them.
 
 
 if __name__ == "__main__":

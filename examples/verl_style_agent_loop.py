@@ -73,7 +73,6 @@ def main() -> None:
 
     # Imported after TRACKIO_DIR is settled (Trackio reads it at import).
     import trackio
-    from _show import show_command
     from opentelemetry import metrics, trace
     from opentelemetry.sdk.resources import Resource
 
@@ -155,6 +154,9 @@ def main() -> None:
     telemetry = configure(
         run=run,
         token_decoder=tokenizer.decode,
+        # The toy tokenizer lives in this script, which a writer process cannot import: export
+        # in this process (with a tokenizer from a module, leave offload on, its default).
+        offload=False,
         max_samples_per_step=TRACED_PROMPTS_PER_STEP,
         sampling_seed=0,
         resource=Resource.create({"service.name": "verl-style-agent-loop"}),
@@ -195,15 +197,9 @@ def main() -> None:
     telemetry.shutdown()  # logs the last samples and metrics (the run is ours: it stays open)
     trackio.finish()
 
-    print(
-        f"\nLogged {telemetry.span_exporter.stats.samples_logged} traced samples (at most "
-        f"{TRACED_PROMPTS_PER_STEP} prompts x {ROLLOUT_N} repeats of the {PROMPTS_PER_STEP} per "
-        f"step, picked by the step sampler) and {logged} validation generations"
-    )
-    print(f"to Trackio project '{args.project}', run '{args.name}'", end="")
-    folder = os.environ.get("TRACKIO_DIR")
-    print(f" in {os.path.abspath(folder)}." if folder else ".")
-    print(f"Look at them with:\n    {show_command(args.project)}\n(Traces and Metrics pages)")
+    # shutdown() printed the summary (samples logged, what the step sampler left out, the
+    # command to open them); the validation generations are in the same run.
+    print(f"{logged} validation generations logged at step {STEPS} (Media & Tables page)")
 
 
 if __name__ == "__main__":

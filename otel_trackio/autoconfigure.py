@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,9 +30,10 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
 from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
+from otel_trackio._engine.report import say
 from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.stats import ExportStats
@@ -45,7 +47,7 @@ from otel_trackio.metric_exporter import (
     MetricExportStats,
     TrackioMetricExporter,
 )
-from otel_trackio.sampling import step_sampler
+from otel_trackio.sampling import StepSampler, step_sampler
 from otel_trackio.settings import TrackioConfigError, TrackioSettings
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import OpenSampleTracker
@@ -69,7 +71,7 @@ def settings_from_env(
     ``OTEL_EXPORTER_TRACKIO_PROJECT`` when it is unset and ``require_project`` is true.
     """
     settings = TrackioSettings.from_env(environ, **overrides)
-    settings = with_offload_resolved(settings, process_wide=True)  # on unless told not to
+    settings = with_offload_resolved(settings)  # on unless told not to
     if require_project and settings.project is None:
         raise TrackioConfigError(
             f"otel-trackio: set {OTEL_EXPORTER_TRACKIO_PROJECT} to the Trackio project to log "
@@ -98,15 +100,19 @@ class TrackioEnvSpanExporter(SpanExporter):
             return
         self.exporter = TrackioSpanExporter(run=run, settings=settings)
         if settings.max_samples_per_step is not None:
-            _install_sampler(settings)
+            sampler = _install_sampler(settings)
+            if isinstance(sampler, StepSampler):  # its drops go in the summary
+                self.exporter.step_sampler = sampler
         # Registered after trackio.init() registered its own exit hook (which finishes the run),
         # so it runs before it: every span still queued is logged while the run is open.
         provider = trace.get_tracer_provider()
         self._exit_provider = provider if isinstance(provider, TracerProvider) else None
         if self._exit_provider is not None:
             # The configurator builds its own BatchSpanProcessor around this exporter: record
-            # sample roots as they start beside it, so open samples keep their identity.
-            self._exit_provider.add_span_processor(OpenSampleTracker(settings.sample_attribute))
+            # spans as they start beside it, so open samples show where they stopped.
+            self._exit_provider.add_span_processor(
+                OpenSampleTracker(settings.sample_attribute, exporter=self.exporter)
+            )
         atexit.register(self._flush_at_exit)
 
     @property
@@ -250,7 +256,8 @@ def _report_config_error(exc: TrackioConfigError) -> None:
         _logger.error("%s; nothing is sent to Trackio.", message)
 
 
-def _install_sampler(settings: TrackioSettings) -> None:
+def _install_sampler(settings: TrackioSettings) -> Sampler | None:
+    """Give the global provider the per-step sampler (the one installed, else None)."""
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
         _logger.warning(
@@ -259,7 +266,7 @@ def _install_sampler(settings: TrackioSettings) -> None:
             "otel_trackio.configure(max_samples_per_step=...)",
             OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
         )
-        return
+        return None
     if provider.sampler is not DEFAULT_ON:
         if "StepSampler" not in provider.sampler.get_description():
             _logger.warning(
@@ -268,5 +275,56 @@ def _install_sampler(settings: TrackioSettings) -> None:
                 OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
                 provider.sampler.get_description(),
             )
+        return None
+    sampler = step_sampler(settings)
+    provider.sampler = sampler
+    return sampler
+
+
+_EXPORTER_VARIABLES = {"metrics": "OTEL_METRICS_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}
+
+
+def missing_exporters(environ: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """(variable, value, entry point) of every metrics/logs exporter the environment names that
+    is not installed — ``OTEL_METRICS_EXPORTER=otlp`` (what ``opentelemetry-distro`` sets when
+    the variable is unset) without ``opentelemetry-exporter-otlp``: the SDK's setup then fails
+    as a whole (``Requested component 'otlp_proto_grpc' not found``) and nothing is traced."""
+    from importlib.metadata import entry_points
+
+    from opentelemetry.sdk import _configuration
+
+    env = os.environ if environ is None else environ
+    out = []
+    for signal, variable in _EXPORTER_VARIABLES.items():
+        value = env.get(variable, "")
+        for name in (n.strip() for n in value.split(",")):
+            if not name or name.lower() == "none":
+                continue
+            try:
+                component = str(_configuration._get_exporter_entry_point(name, signal))  # type: ignore[arg-type]
+            except Exception:  # noqa: BLE001 - a bad protocol: the SDK says it itself
+                continue
+            if not entry_points(group=f"opentelemetry_{signal}_exporter", name=component):
+                out.append((variable, value, component))
+    return out
+
+
+def _say_missing_exporters() -> None:
+    """Zero code with only ``OTEL_TRACES_EXPORTER=trackio``: say, once, in one line, which
+    exporter variable names an exporter that is not installed, and what to set instead."""
+    missing = missing_exporters()
+    if not missing:
         return
-    provider.sampler = step_sampler(settings)
+    named = ", ".join(f"{variable}={value} ({component})" for variable, value, component in missing)
+    say(
+        f"otel-trackio: {named} names an exporter that is not installed, so the OpenTelemetry "
+        "setup fails and nothing is traced; set "
+        + " and ".join(f"{variable}=trackio (or none)" for variable, _, _ in missing)
+        + " — opentelemetry-distro sets otlp when they are unset"
+    )
+
+
+if "trackio" in os.environ.get("OTEL_TRACES_EXPORTER", ""):
+    # The SDK configurator imports this module (the trackio entry point) before it fails on a
+    # missing exporter: the one moment otel-trackio can say why nothing will be traced.
+    _say_missing_exporters()

@@ -44,6 +44,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from otel_trackio._engine import steps as _steps
+from otel_trackio._engine.report import say
 from otel_trackio.settings import TrackioConfigError, TrackioSettings, active_settings
 
 _KEPT = Decision.RECORD_AND_SAMPLE
@@ -76,6 +77,7 @@ class StepSampler(Sampler):
         step_attribute, sample_attribute: attribute names read at span start (default: those
             of the process's active settings, see :func:`otel_trackio.settings.active_settings`).
         remembered_steps: decisions are kept for this many recent steps (memory bound).
+        announce: say once, when it first leaves a sample out, that it does (stderr).
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class StepSampler(Sampler):
         step_attribute: str | None = None,
         sample_attribute: str | None = None,
         remembered_steps: int = 64,
+        announce: bool = True,
     ) -> None:
         if max_samples_per_step < 0:
             raise ValueError("max_samples_per_step must be >= 0")
@@ -105,6 +108,11 @@ class StepSampler(Sampler):
         self._largest_population = 0
         self._random = random.Random(seed)
         self._salt = str(self.seed).encode()
+        self._announce = announce
+        self.kept_samples = 0
+        """Unique samples kept so far (every step)."""
+        self.dropped_samples = 0
+        """Unique samples left out so far (every step): not traced at all."""
 
     @property
     def step_attribute(self) -> str:
@@ -173,10 +181,21 @@ class StepSampler(Sampler):
                 keep = state.rate >= 1.0 or self._random.random() < state.rate
             if keep:
                 state.kept += 1
+                self.kept_samples += 1
+            else:
+                self.dropped_samples += 1
+            first_drop = not keep and self.dropped_samples == 1
             state.decided[index_key] = keep
             if len(state.decided) > self._largest_population:
                 self._largest_population = len(state.decided)
-            return keep
+        if first_drop and self._announce:
+            say(
+                f"otel-trackio: max_samples_per_step={self.max_samples_per_step}: keeping at "
+                f"most {self.max_samples_per_step} samples per step in this process; the others "
+                f"are not traced (sample {sample_index} of step {step} is the first left out; "
+                "the summary at the end counts them)"
+            )
+        return keep
 
     def kept_count(self, step: Any) -> int:
         """How many unique samples of ``step`` this sampler kept (0 for an unknown step)."""
@@ -223,6 +242,7 @@ def step_sampler(settings: TrackioSettings) -> Sampler:
         deterministic=True,
         step_attribute=settings.step_attribute,
         sample_attribute=settings.sample_attribute,
+        announce=settings.summary,
     )
 
 

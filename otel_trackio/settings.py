@@ -234,8 +234,8 @@ class TrackioSettings:
         sample_ttl_seconds: a trace idle this long is logged as partial.
         sample_grace_seconds: how long a completed sample waits for spans and GenAI log events of
             it arriving after its root (None: 0 in process, where children always come first,
-            2 s once a log exporter feeds the pipeline; 5 s in the OTLP receiver, where batches
-            from several processes and Collectors arrive in any order).
+            2 s once a log exporter feeds the pipeline; in the OTLP receiver 0.5 s until the
+            run shows spans trailing their root — several processes, a Collector — then 5 s).
         max_buffered_spans: past this many waiting spans (and log events waiting for their
             span) the oldest samples go out as partial.
         max_value_chars: longer strings are cut with a visible marker.
@@ -247,8 +247,9 @@ class TrackioSettings:
         token_decoder: turns token id lists on spans into text (on the export thread).
         token_id_attributes: which span attributes hold token ids, and the side each fills.
         offload: the span exporter only turns spans into compact records and spools them; a
-            writer process it starts converts them and logs them to Trackio. None: on for
-            ``configure()`` and the zero-code setup, off for an exporter built by hand.
+            writer process it starts converts them and logs them to Trackio. None (the
+            default): the ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable, else on — for
+            ``configure()``, the zero-code setup and an exporter built by hand alike.
         spool_dir: where spools live (default: ``otel-trackio-spool`` in the Trackio folder).
         spool_max_mb: the bound of one spool on disk; past it ``export()`` returns FAILURE (the
             receiver answers 503 with ``Retry-After``).
@@ -263,6 +264,9 @@ class TrackioSettings:
     Sampling (``configure()`` and the zero-code setup install a ``StepSampler``):
         max_samples_per_step: keep at most this many samples per step (None: all).
         sampling_seed: the sampler's seed; the same in every worker makes them agree.
+    Reporting:
+        summary: print what the run logged, and the command that opens it, at shutdown (and
+            when a sampler starts leaving samples out).
     """
 
     project: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_PROJECT)
@@ -318,6 +322,8 @@ class TrackioSettings:
         None, _CAP, env.OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP
     )
     sampling_seed: int = _setting(0, _INT, env.OTEL_EXPORTER_TRACKIO_SAMPLING_SEED)
+
+    summary: bool = _setting(True, _BOOL, env.OTEL_EXPORTER_TRACKIO_SUMMARY)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -11,11 +11,15 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._engine.intake import EventIntake, register_intake
+from otel_trackio._engine.open_samples import OPEN_SAMPLES
+from otel_trackio._engine.open_spans import FirstKnown, OpenSpans
 from otel_trackio._engine.pipeline import TracePipeline
-from otel_trackio._engine.run import RunEngine, build_run_engine, offload_enabled
-from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote
+from otel_trackio._engine.report import RunSummary, say
+from otel_trackio._engine.run import RunEngine, build_run_engine, with_offload_resolved
+from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._offload.client import OffloadClient, portable
+from otel_trackio.sampling import StepSampler
 from otel_trackio.settings import TrackioSettings, activate_first, settings_for
 
 _logger = logging.getLogger("otel_trackio")
@@ -71,8 +75,15 @@ class TrackioSpanExporter(SpanExporter):
         settings: TrackioSettings | None = None,
         **options: Any,
     ) -> None:
-        settings = settings_for(project, name, settings, options)
+        asked = settings_for(project, name, settings, options)
+        settings = with_offload_resolved(asked)
         self.settings = settings
+        self.open_spans = OpenSpans()
+        """Spans started and not ended (fed by ``TrackioSpanProcessor``/``OpenSampleTracker``):
+        a flush logs them, unfinished, in their samples."""
+        self.step_sampler: StepSampler | None = None
+        """The sampler choosing which samples reach this exporter, when ``configure()`` or the
+        zero-code setup installed one (the summary at shutdown counts what it left out)."""
         activate_first(settings)
         self._closed = False
         self._offload: OffloadClient | None = None
@@ -82,16 +93,23 @@ class TrackioSpanExporter(SpanExporter):
         self._sink = TrackioSink(
             settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
         )
-        if offload_enabled(settings, process_wide=False):
+        if settings.offload:
             why_not = _why_not_offload(settings, self._sink)
             if why_not is None:
                 self._offload = OffloadClient(settings, self._sink)
-            else:
-                _logger.warning(
-                    "otel-trackio: offload=True ignored, exporting in process: %s", why_not
+            else:  # a warning when asked for; by default, in process is the answer
+                _logger.log(
+                    logging.WARNING if asked.offload else logging.INFO,
+                    "otel-trackio: exporting spans in this process, not through an offload "
+                    "writer process: %s (offload=False says so and silences this)",
+                    why_not,
                 )
         if self._offload is None:
-            self._engine = build_run_engine(settings, sink=self._sink)
+            self._engine = build_run_engine(
+                settings,
+                sink=self._sink,
+                open_samples=FirstKnown(self.open_spans, OPEN_SAMPLES),
+            )
             self._pipeline = self._engine.spans
         # A TrackioLogExporter of the same project and run finds where to send GenAI events.
         register_intake(self.event_intake, settings.project, settings.name)
@@ -164,10 +182,11 @@ class TrackioSpanExporter(SpanExporter):
         that failed or timed out."""
         if self._closed:
             return False
+        open_spans = self.open_spans.records()
         if self._offload is not None:
-            return self._offload.force_flush(timeout_millis / 1000)
+            return self._offload.force_flush(timeout_millis / 1000, open_spans)
         assert self._pipeline is not None
-        return self._pipeline.flush(max(0.0, timeout_millis / 1000))
+        return self._pipeline.flush(max(0.0, timeout_millis / 1000), open_spans)
 
     def shutdown(self, timeout_millis: int = 30000, **kwargs: Any) -> None:
         """Log open samples as partial, then finish the run if this exporter started it.
@@ -179,13 +198,28 @@ class TrackioSpanExporter(SpanExporter):
             return
         self._closed = True
         timeout = max(0.0, timeout_millis / 1000)
+        open_spans = self.open_spans.records()  # shown unfinished in their samples
         if self._offload is not None:
             try:
-                self._offload.shutdown(timeout)
+                self._offload.shutdown(timeout, open_spans)
             finally:
                 self._sink.release()
         elif self._engine is not None:
-            self._engine.shutdown(timeout)
+            self._engine.shutdown(timeout, open_spans=open_spans)
+        if self.settings.summary:
+            for line in self.summary().lines(trackio_dir()):
+                say(line)
+
+    def summary(self) -> RunSummary:
+        """What this exporter did, as the summary printed at shutdown says it."""
+        sampler = self.step_sampler
+        return RunSummary(
+            self._sink.project,
+            self._sink.run_name,
+            self.stats,
+            not_traced=sampler.dropped_samples if sampler is not None else None,
+            max_samples_per_step=sampler.max_samples_per_step if sampler is not None else None,
+        )
 
 
 def _why_not_offload(settings: TrackioSettings, sink: TrackioSink) -> str | None:

@@ -1,11 +1,12 @@
-"""Span processors that see sample roots *start*, so a sample flushed while still open keeps its
-identity.
+"""Span processors that see spans *start*, so a sample flushed while still open shows where it
+stopped and keeps its identity.
 
 An exporter only sees spans once they end. When it must log a sample early (``force_flush``,
-shutdown, TTL, a full buffer) and the root — which carries ``step`` and ``sample_index`` — is still
-open, only the root's start attributes can say which sample it was. These processors record them
-at ``on_start`` for every span carrying the sample attribute, whatever started it (the plain OTel
-API, ``rollout()``, a framework), and forget them at ``on_end``.
+shutdown) its root — which carries ``step`` and ``sample_index`` — and the span it is stuck in
+(a hung tool call) are still open. These processors record every span as it starts and forget
+it when it ends; at a flush the exporter reads the spans still open as *unfinished* spans
+(status ``unfinished``, duration up to the flush, the attributes known so far) and logs them in
+their samples' trees. Whatever started them: the plain OTel API, ``rollout()``, a framework.
 
 - :class:`TrackioSpanProcessor`: a ``BatchSpanProcessor`` that does it too (what ``configure()``
   installs; use it instead of ``BatchSpanProcessor`` when you build the provider yourself).
@@ -23,6 +24,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_trackio._codec.sdk import attributes_view
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio.settings import active_settings
 from otel_trackio.span_exporter import TrackioSpanExporter
@@ -31,35 +33,45 @@ __all__ = ["OpenSampleTracker", "TrackioSpanProcessor"]
 
 
 class OpenSampleTracker(SpanProcessor):
-    """Records the start attributes of sample roots until they end (no export of its own).
+    """Records the start attributes of sample roots until they end (no export of its own), and,
+    given the ``exporter``, every open span for it to show at a flush.
 
     Args:
         sample_attribute: the attribute marking a sample root (default: the process's active
             settings, i.e. the latest exporter's or ``configure()``'s ``sample_attribute``).
         registry: where to record them (default: the process's, which exporters read).
+        exporter: the :class:`TrackioSpanExporter` behind the provider's other processor; at a
+            flush it logs the spans still open, unfinished, in their samples.
     """
 
     def __init__(
-        self, sample_attribute: str | None = None, registry: OpenSampleRegistry = OPEN_SAMPLES
+        self,
+        sample_attribute: str | None = None,
+        registry: OpenSampleRegistry = OPEN_SAMPLES,
+        *,
+        exporter: TrackioSpanExporter | None = None,
     ) -> None:
         self._sample_attribute = sample_attribute
         self._registry = registry
+        self._open_spans = exporter.open_spans if exporter is not None else None
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        """Record a starting sample root (cost: one attribute lookup for other spans)."""
-        attributes = span.attributes
-        name = self._sample_attribute or active_settings().sample_attribute
-        if attributes and name in attributes:
+        """Record a starting span (for the exporter) and sample root (the registry)."""
+        if self._open_spans is not None:
+            self._open_spans.started(span)
+        attributes = attributes_view(span)
+        if (self._sample_attribute or active_settings().sample_attribute) in attributes:
             context = span.get_span_context()
             self._registry.register(context.trace_id, context.span_id, dict(attributes))
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Forget a sample root once it ended (the exporter then has the root itself)."""
-        attributes = span.attributes
-        name = self._sample_attribute or active_settings().sample_attribute
-        context = span.context
-        if attributes and name in attributes and context is not None:
-            self._registry.unregister(context.trace_id, context.span_id)
+        """Forget a span once it ended (the exporter then has it itself)."""
+        if self._open_spans is not None:
+            self._open_spans.ended(span)
+        if (self._sample_attribute or active_settings().sample_attribute) in attributes_view(span):
+            context = span.context
+            if context is not None:
+                self._registry.unregister(context.trace_id, context.span_id)
 
     def shutdown(self) -> None:
         """Nothing to release."""
@@ -70,8 +82,9 @@ class OpenSampleTracker(SpanProcessor):
 
 
 class TrackioSpanProcessor(BatchSpanProcessor):
-    """A ``BatchSpanProcessor`` for :class:`TrackioSpanExporter` that also records sample roots
-    as they start, so a sample still open at a flush keeps its step and sample index.
+    """A ``BatchSpanProcessor`` for :class:`TrackioSpanExporter` that also records spans as they
+    start, so a sample still open at a flush is logged with its open spans, unfinished (its
+    root among them: it keeps its step and sample index).
 
     Takes the ``BatchSpanProcessor`` arguments (``max_queue_size``, ``schedule_delay_millis``,
     ``max_export_batch_size``, ``export_timeout_millis``).
@@ -79,14 +92,14 @@ class TrackioSpanProcessor(BatchSpanProcessor):
 
     def __init__(self, span_exporter: TrackioSpanExporter, **batch_options: Any) -> None:
         super().__init__(span_exporter, **batch_options)
-        self._tracker = OpenSampleTracker(span_exporter.settings.sample_attribute)
+        self._open_spans = span_exporter.open_spans
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        """Record a starting sample root, then what ``BatchSpanProcessor`` does."""
-        self._tracker.on_start(span, parent_context)
+        """Record a starting span (one dict store), then what ``BatchSpanProcessor`` does."""
+        self._open_spans.started(span)
         super().on_start(span, parent_context=parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Forget an ended sample root, then queue the span for export."""
-        self._tracker.on_end(span)
+        """Forget an ended span (one dict pop), then queue it for export."""
+        self._open_spans.ended(span)
         super().on_end(span)

@@ -42,7 +42,7 @@ from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
-from otel_trackio.sampling import step_sampler
+from otel_trackio.sampling import StepSampler, step_sampler
 from otel_trackio.settings import TrackioSettings, activate, settings_for
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import TrackioSpanProcessor
@@ -51,10 +51,24 @@ _logger = logging.getLogger("otel_trackio")
 
 
 class _SwitchableSampler(Sampler):
-    """The global provider's sampler: delegates to the active configuration's sampler."""
+    """The global provider's sampler: delegates to the active configuration's sampler.
+
+    The tracer asks its sampler about every span, so the current target's own
+    ``should_sample`` is bound on this object: no forwarding call per span.
+    """
 
     def __init__(self) -> None:
-        self.target: Sampler = DEFAULT_ON
+        self.target = DEFAULT_ON
+
+    @property
+    def target(self) -> Sampler:
+        """The sampler that decides (``DEFAULT_ON`` while no configuration sets one)."""
+        return self._target
+
+    @target.setter
+    def target(self, sampler: Sampler) -> None:
+        self._target = sampler
+        self.__dict__["should_sample"] = sampler.should_sample
 
     def should_sample(
         self,
@@ -66,14 +80,14 @@ class _SwitchableSampler(Sampler):
         links: Sequence[Link] | None = None,
         trace_state: TraceState | None = None,
     ) -> SamplingResult:
-        """Ask the current target sampler."""
-        return self.target.should_sample(
+        """Ask the current target sampler (shadowed by the target's own method, see above)."""
+        return self._target.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state
         )
 
     def get_description(self) -> str:
         """Names the current target."""
-        return f"OtelTrackio{{{self.target.get_description()}}}"
+        return f"OtelTrackio{{{self._target.get_description()}}}"
 
 
 class _Processor(Protocol):
@@ -103,19 +117,45 @@ class _Forwarding(Generic[P]):
 
 
 class _SwitchableSpanProcessor(_Forwarding[SpanProcessor], SpanProcessor):
-    """The global provider's span processor: forwards to the active batch processor, if any."""
+    """The global provider's span processor: forwards to the active batch processor, if any.
+
+    The provider calls ``on_start``/``on_end`` for every span, so the current target's own
+    methods are bound on this object when it is set: no forwarding call per span.
+    """
+
+    def __init__(self) -> None:
+        self.target = None
+
+    @property
+    def target(self) -> SpanProcessor | None:
+        """The processor spans go to (None: nowhere)."""
+        return self._target
+
+    @target.setter
+    def target(self, processor: SpanProcessor | None) -> None:
+        self._target = processor
+        self.__dict__["on_start"] = processor.on_start if processor is not None else _not_started
+        self.__dict__["on_end"] = processor.on_end if processor is not None else _not_ended
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        """Forward to the current processor."""
-        target = self.target
+        """Forward to the current processor (shadowed by its own method, see above)."""
+        target = self._target
         if target is not None:
             target.on_start(span, parent_context=parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
         """Forward to the current processor (spans end nowhere while nothing is configured)."""
-        target = self.target
+        target = self._target
         if target is not None:
             target.on_end(span)
+
+
+def _not_started(span: Span, parent_context: otel_context.Context | None = None) -> None:
+    """``on_start`` while no configuration is active."""
+
+
+def _not_ended(span: ReadableSpan) -> None:
+    """``on_end`` while no configuration is active: the span goes nowhere."""
 
 
 class _SwitchableLogProcessor(_Forwarding[LogRecordProcessor], LogRecordProcessor):
@@ -416,7 +456,7 @@ def configure(
     """
     global _installed, _active
     chosen = settings_for(project, name, settings, options)
-    chosen = with_offload_resolved(chosen, process_wide=True)  # on unless told not to
+    chosen = with_offload_resolved(chosen)  # on unless told not to (see the README)
     request = _Request(chosen, run, metrics, logs)
     with _lock:
         previous = _active
@@ -462,6 +502,8 @@ def configure(
                 sampler = step_sampler(chosen)
                 if installed.sampler_applies:
                     installed.sampler.target = sampler
+                    if isinstance(sampler, StepSampler):  # its drops go in the summary
+                        span_exporter.step_sampler = sampler
                 else:
                     _logger.warning(
                         "otel-trackio: max_samples_per_step ignored: another tracer provider was "

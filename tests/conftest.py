@@ -13,6 +13,9 @@ import uuid
 _TRACKIO_DIR = tempfile.mkdtemp(prefix="otel-trackio-tests-")
 os.environ["TRACKIO_DIR"] = _TRACKIO_DIR
 os.environ.setdefault("TRACKIO_DISABLE_TELEMETRY", "1")
+# Exporters offload by default; most tests look at the engine in this process (the offload tests
+# ask for offload=True, and the default itself is tested with this variable removed).
+os.environ["OTEL_EXPORTER_TRACKIO_OFFLOAD"] = "false"
 
 import pytest  # noqa: E402
 from trackio import context_vars  # noqa: E402
@@ -112,3 +115,20 @@ def trace_id(trace: dict) -> str:
 def read_logs(project: str, run: str | None = None) -> list[dict]:
     """Every metrics log row stored for a project (and run)."""
     return SQLiteStorage.get_logs(project, run)
+
+
+def run_python(script: str, trackio_dir: str, **env: str):
+    """Run ``python -c script`` from the repository with ``TRACKIO_DIR`` (and ``env``); the
+    completed process, its output captured as text."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TRACKIO_DIR": trackio_dir, "TRACKIO_DISABLE_TELEMETRY": "1", **env},
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

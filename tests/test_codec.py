@@ -73,4 +73,6 @@ def test_export_stats_round_trip_through_a_checkpoint_dict():
     saved = {**stats.as_dict(), "entries": 7, "torn_entries": 1}  # a drainer adds its own keys
     assert ExportStats.from_dict(saved) == stats
     doubled = {k: 2 * v for k, v in stats.as_dict().items()}
+    # Steps are a range: the earliest first step and the latest last step, not sums.
+    doubled.update(first_step=stats.first_step, last_step=stats.last_step)
     assert ExportStats.total([stats, stats]).as_dict() == doubled

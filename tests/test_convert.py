@@ -13,6 +13,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from conftest import root_span_id, trace_id, trace_usage
+
 from otel_trackio._core.convert import iso_time, sample_to_trace
 from otel_trackio._core.records import EventRecord, SpanRecord
 from otel_trackio._core.samples import PartialReason, Sample, SampleIdentity
@@ -152,8 +154,9 @@ def test_a_model_call_carries_its_model_and_usage_and_the_header_sums_usage():
     assert chat["model"] == "gpt-test"
     assert chat["usage"]["input_tokens"] == 7
     assert chat["usage"]["output_tokens"] == 2
-    assert trace["metadata"]["usage"]["input_tokens"] == 7
-    assert trace["metadata"]["usage"]["output_tokens"] == 2
+    # The Tokens chip sums the spans' usage; the header does not repeat it.
+    assert trace_usage(trace) == {"input_tokens": 7, "output_tokens": 2, "total_tokens": 9}
+    assert "usage" not in trace["metadata"]
     assert chat["metadata"]["otel.span_kind"] == "CLIENT"
 
 
@@ -210,14 +213,16 @@ def test_without_model_calls_the_roots_io_becomes_the_conversation():
     ]
 
 
-def test_the_header_carries_identity_user_fields_and_counts_regardless_of_order():
-    meta = sample_to_trace(_agent_sample())["metadata"]
+def test_the_header_carries_identity_and_user_fields_the_spans_their_ids():
+    trace = sample_to_trace(_agent_sample())
+    meta = trace["metadata"]
     assert meta["step"] == 3 and meta["sample_index"] == 1
     assert meta["reward"] == 0.5  # the root's own attribute is a user field
-    assert meta["span_count"] == 4
-    assert meta["trace_id"] == f"{TRACE_ID:032x}"
-    assert meta["root_span_id"] == f"{1:016x}"
-    assert meta["duration_ms"] == 10.0
+    # What the chips show (span count, tokens) and the ids stay out of the header.
+    assert len(trace["spans"]) == 4 and "span_count" not in meta
+    assert trace_id(trace) == f"{TRACE_ID:032x}"
+    assert root_span_id(trace) == f"{1:016x}"
+    assert "duration_ms" not in meta  # the Latency chip
     assert "reward=0.5" in meta["search"]
 
 
@@ -252,5 +257,5 @@ def test_a_sample_without_its_root_still_converts_every_span():
     trace = sample_to_trace(sample)
     assert [s["name"] for s in trace["spans"]] == ["generate"]
     assert trace["metadata"]["status"] == "partial"
-    assert trace["metadata"]["span_count"] == 1
+    assert len(trace["spans"]) == 1
     assert "root_span_id" not in trace["metadata"]

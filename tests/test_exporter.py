@@ -530,8 +530,13 @@ def test_make_demo_writes_24_samples(tmp_path):
     assert result.returncode == 0, result.stderr
     # One "Run finished" (Trackio printed it twice), and a show command that works from anywhere.
     assert result.stdout.count("Run finished") == 1, result.stdout
-    command = re.search(r"^ +(TRACKIO_DIR=\S+) (\S+) show --project demo$", result.stdout, re.M)
-    assert command is not None, result.stdout
+    # The run's summary (stderr) ends with it.
+    command = re.search(
+        r"^otel-trackio: open them with: (TRACKIO_DIR=\S+) (\S+) show --project demo → ",
+        result.stderr,
+        re.M,
+    )
+    assert command is not None, result.stderr
     assert command.group(1) == f"TRACKIO_DIR={tmp_path}"
     assert Path(command.group(2)).is_absolute() and Path(command.group(2)).exists()
     code = (

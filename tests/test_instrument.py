@@ -459,7 +459,8 @@ def test_verl_style_example_runs_and_decodes_tokens(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("Run finished") == 1, result.stdout
-    assert f"TRACKIO_DIR={tmp_path} /" in result.stdout  # an absolute trackio show command
+    # The run's summary (stderr) ends with an absolute trackio show command.
+    assert f"open them with: TRACKIO_DIR={tmp_path} /" in result.stderr
     script = (
         "import json;from trackio.sqlite_storage import SQLiteStorage as S;"
         "print(json.dumps(S.get_traces('otel-trackio-verl-demo','ex')))"

@@ -180,6 +180,23 @@ def _offload_provider(
     return provider, exporter
 
 
+def test_a_hand_built_exporter_offloads_unless_the_variable_says_not_to(project, monkeypatch):
+    monkeypatch.delenv("OTEL_EXPORTER_TRACKIO_OFFLOAD")  # conftest turns the default off
+    exporter = TrackioSpanExporter(project, "by-hand")
+    assert exporter.settings.offload is True
+    assert exporter.offloaded is not None
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    _emit(provider, steps=1, samples=6)
+    provider.shutdown()
+    assert _keys(read_traces(project, "by-hand")) == [(0, i) for i in range(6)]
+
+    monkeypatch.setenv("OTEL_EXPORTER_TRACKIO_OFFLOAD", "false")
+    in_process = TrackioSpanExporter(project, "in-process")
+    assert in_process.offloaded is None
+    in_process.shutdown()
+
+
 def test_offloaded_traces_are_identical_to_in_process_ones(project):
     in_process = TrackioSpanExporter(project, "in-process")
     provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))

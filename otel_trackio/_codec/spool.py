@@ -1,9 +1,9 @@
 """Records ↔ spool entry bytes: what an entry holds, and the lean encoding that keeps the rollout
 process cheap.
 
-An entry is a kind byte and a pickled payload. Spans travel as plain tuples (no objects to build
-in the producer: about 6 µs per span with the pickling, against ~15 µs for full records), with
-each resource's attributes sent once per entry.
+An entry is a kind byte and a pickled payload. Spans travel as plain rows (:mod:`.rows`) read
+straight from the SDK's span (:func:`.sdk.span_row`: no objects to build in the producer, about
+2 µs per GenAI span with the pickling), with each resource's attributes sent once per entry.
 
 Kinds: :data:`SPANS` (a batch of spans, optionally with a route), :data:`EVENTS` (GenAI log
 events, which join their spans), :data:`METRICS` (a route and a serialised OTLP
@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_trackio._codec.routes import NO_ROUTE, Route
-from otel_trackio._codec.tables import KIND_CODES, STATUS_CODES, kind_name, status_name
-from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
+from otel_trackio._codec.rows import RESOURCE_KEY, record_from_row
+from otel_trackio._codec.sdk import resource_attributes, span_row
+from otel_trackio._codec.tables import KIND_CODES, STATUS_CODES
+from otel_trackio._core.records import LogEventRecord, SpanRecord
 
 SPANS = 1
 EVENTS = 2
@@ -36,40 +39,16 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = NO_ROUTE) -> bytes:
-    """SDK spans as one :data:`SPANS` payload (what ``offload=True`` pays per export)."""
+    """SDK spans as one :data:`SPANS` payload (what ``offload=True`` pays per export: about
+    2 µs per GenAI span, most of it the one ``pickle.dumps`` of the batch)."""
     resources: dict[int, Mapping[str, Any]] = {}
     rows = []
     for span in spans:
-        context = span.context
-        parent = span.parent
-        status = span.status
-        resource = span.resource
-        key = id(resource)
+        row, resource = span_row(span)
+        key = row[RESOURCE_KEY]
         if key not in resources:
-            resources[key] = dict(resource.attributes) if resource is not None else {}
-        events = span.events
-        scope = span.instrumentation_scope
-        start = span.start_time or 0
-        rows.append(
-            (
-                context.trace_id if context is not None else 0,
-                context.span_id if context is not None else 0,
-                span.name,
-                start,
-                span.end_time or start,
-                parent.span_id if parent is not None else None,
-                parent is not None and parent.is_remote,
-                dict(span.attributes) if span.attributes else None,
-                tuple((e.name, e.timestamp or 0, dict(e.attributes or {})) for e in events)
-                if events
-                else None,
-                status.status_code.value if status is not None else 0,
-                status.description if status is not None else None,
-                span.kind.value if span.kind is not None else 0,
-                key,
-                scope.name if scope is not None else None,
-            )
-        )
+            resources[key] = resource_attributes(resource)
+        rows.append(row)
     return pickle.dumps((route, resources, rows), _PROTOCOL)
 
 
@@ -104,29 +83,8 @@ def encode_records(records: Sequence[SpanRecord], route: Route = NO_ROUTE) -> by
 def decode_spans(payload: bytes) -> tuple[Route, list[SpanRecord]]:
     """A :data:`SPANS` payload back as (route, span records)."""
     route, resources, rows = pickle.loads(payload)
-    records = []
-    for row in rows:
-        (trace_id, span_id, name, start, end, parent_id, remote, attributes, events) = row[:9]
-        status, description, kind, resource_key, scope = row[9:]
-        records.append(
-            SpanRecord(
-                trace_id=trace_id,
-                span_id=span_id,
-                name=name,
-                start_ns=start,
-                end_ns=end,
-                parent_id=parent_id,
-                parent_is_remote=remote,
-                attributes=attributes or {},
-                events=tuple(EventRecord(n, t, a) for n, t, a in events) if events else (),
-                status=status_name(status),
-                status_description=description,
-                kind=kind_name(kind),
-                resource=resources.get(resource_key) or {},
-                scope=scope,
-            )
-        )
-    return route, records
+    empty: Mapping[str, Any] = {}
+    return route, [record_from_row(row, resources.get(row[RESOURCE_KEY]) or empty) for row in rows]
 
 
 def encode_events(events: Sequence[LogEventRecord], route: Route = NO_ROUTE) -> bytes:
@@ -155,13 +113,25 @@ OpenRoots = dict[tuple[int, int], Mapping[str, Any]]
 """(trace id, span id) → start attributes of the sample roots open in the producer."""
 
 
-def encode_flush(number: int, open_roots: OpenRoots | None = None) -> bytes:
+def encode_flush(
+    number: int, open_roots: OpenRoots | None = None, open_spans: Sequence[SpanRecord] = ()
+) -> bytes:
     """A :data:`FLUSH` request numbered ``number``, with the producer's open sample roots (so
-    samples logged early as partial keep their identity)."""
-    return pickle.dumps((number, open_roots or {}), _PROTOCOL)
+    samples logged early as partial keep their identity) and its spans still open (unfinished
+    records, shown in their samples)."""
+    return pickle.dumps((number, open_roots or {}, list(open_spans)), _PROTOCOL)
 
 
-def decode_flush(payload: bytes) -> tuple[int, OpenRoots]:
-    """The number of a :data:`FLUSH` request and the open sample roots it carries."""
-    number, open_roots = pickle.loads(payload)
-    return int(number), dict(open_roots)
+def decode_flush(payload: bytes) -> FlushRequest:
+    """What a :data:`FLUSH` request carries (one of a producer without open spans too)."""
+    number, open_roots, *rest = pickle.loads(payload)
+    return FlushRequest(int(number), dict(open_roots), list(rest[0]) if rest else [])
+
+
+@dataclass(frozen=True, slots=True)
+class FlushRequest:
+    """A decoded :data:`FLUSH` entry: its number, the open sample roots, the open spans."""
+
+    number: int
+    open_roots: OpenRoots
+    open_spans: list[SpanRecord]

@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 from otel_trackio._core.assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
-from otel_trackio._core.conventions import SpanFacts, dialects, read_span_facts
+from otel_trackio._core.conventions import SpanFacts, ai_sdk, dialects, read_span_facts
 from otel_trackio._core.conversation import build_conversation, settle_model_calls
 from otel_trackio._core.metric_convert import format_attribute
-from otel_trackio._core.records import SpanRecord
+from otel_trackio._core.records import UNFINISHED, SpanRecord
 from otel_trackio._core.samples import Sample
 from otel_trackio._core.values import as_text, attribute_json, cut_text, limit, storable
 from otel_trackio.settings import TrackioSettings
@@ -42,8 +42,8 @@ METADATA_KEYS = frozenset(
 )
 
 #: First name segments (``<namespace>.…``) of the OTel semantic conventions (GenAI included),
-#: OpenInference, OpenLLMetry, Logfire (pydantic-ai), LiteLLM and MLflow: such attributes are never
-#: user fields.
+#: OpenInference, OpenLLMetry, Logfire (pydantic-ai), LiteLLM, MLflow and the Vercel AI SDK
+#: (``ai.*``): such attributes are never user fields.
 CONVENTION_NAMESPACES = frozenset(
     {
         # OTel semantic conventions registry
@@ -61,8 +61,8 @@ CONVENTION_NAMESPACES = frozenset(
         "openinference", "llm", "input", "output", "tool", "tool_call", "message",
         "message_content", "embedding", "retrieval", "reranker", "document", "image", "audio",
         "agent", "graph", "prompt", "tag",
-        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM, MLflow
-        "traceloop", "logfire", "pydantic_ai", "litellm", "mlflow",
+        # OpenLLMetry (Traceloop), Logfire (pydantic-ai), LiteLLM, MLflow, the Vercel AI SDK
+        "traceloop", "logfire", "pydantic_ai", "litellm", "mlflow", "ai",
     }
 )  # fmt: skip
 
@@ -199,12 +199,16 @@ def _show_prompt_and_answer(root: dict[str, Any], messages: list[dict[str, Any]]
 def is_user_attribute(key: str, read_names: frozenset[str]) -> bool:
     """True for an attribute the user named: not one the exporter reads (``read_names``: the
     sample's identity, token ids), not private (``_…``: kept on its span only), not in a
-    convention's namespace, not a Trace metadata key."""
+    convention's namespace (unless a convention's place for the user's own values, such as the
+    AI SDK's ``ai.telemetry.metadata.*``), not a Trace metadata key."""
     return not (
         key in read_names
         or key in METADATA_KEYS
         or key.startswith("_")
-        or key.partition(".")[0] in CONVENTION_NAMESPACES
+        or (
+            key.partition(".")[0] in CONVENTION_NAMESPACES
+            and not key.startswith(ai_sdk.USER_FIELD_PREFIXES)
+        )
     )
 
 
@@ -310,7 +314,7 @@ def _translate_span(
         "start_time": iso_time(span.start_ns),
         "end_time": iso_time(span.end_ns),
         "duration_ms": max(0.0, (span.end_ns - span.start_ns) / 1e6),
-        "status": "error" if span.status == "error" else "success",
+        "status": _span_status(span),
     }
     error = _error_text(span)
     if error is not None:
@@ -350,6 +354,34 @@ def _translate_span(
         metadata["events"] = limit(events, settings.max_value_chars)
     out["metadata"] = metadata
     return out
+
+
+def _span_status(span: SpanRecord) -> str:
+    """``error``, ``unfinished`` (still open at a flush: Trackio shows the word as written) or
+    ``success``."""
+    if span.status == "error":
+        return "error"
+    return UNFINISHED if span.unfinished else "success"
+
+
+#: How many open spans a ``partial_reason`` names (the rest are counted).
+OPEN_SPANS_NAMED = 3
+
+
+def partial_reason_text(reason: str, spans: list[SpanRecord]) -> str:
+    """``reason``, followed by the spans still open at the flush, innermost first, with how long
+    each had been open: ``flush: still open: execute_tool (12.3 s), rollout (12.5 s)``."""
+    open_spans = sorted((s for s in spans if s.unfinished), key=lambda s: -s.start_ns)
+    if not open_spans:
+        return reason
+    named = [
+        f"{s.name} ({max(0, s.end_ns - s.start_ns) / 1e9:.1f} s)"
+        for s in open_spans[:OPEN_SPANS_NAMED]
+    ]
+    more = len(open_spans) - len(named)
+    if more:
+        named.append(f"{more} more")
+    return f"{reason}: still open: {', '.join(named)}"
 
 
 def _error_text(span: SpanRecord) -> str | None:
@@ -398,7 +430,7 @@ def _translate_metadata(
         meta["status"] = outcome_status(outcomes)
     if identity.partial:
         meta["partial"] = True
-        meta["partial_reason"] = identity.partial_reason
+        meta["partial_reason"] = partial_reason_text(str(identity.partial_reason), spans)
     meta.update((key, value) for key, value in fields.items() if key not in outcomes)
     service = _service_name(spans)
     if service is not None:

@@ -24,11 +24,17 @@ class EventRecord:
     from_log: bool = False
 
 
+UNFINISHED = "unfinished"
+"""The status of a span record read from a span still open at a flush (see
+:mod:`otel_trackio._engine.open_spans`); Trackio shows it as the span's status."""
+
+
 @dataclass(slots=True)
 class SpanRecord:
     """One finished span, reduced to the fields otel-trackio reads.
 
-    ``status`` is ``"unset"``, ``"ok"`` or ``"error"``. ``parent_id`` is None for a trace root;
+    ``status`` is ``"unset"``, ``"ok"`` or ``"error"``, or :data:`UNFINISHED` for a span still
+    open at a flush (its ``end_ns`` is the flush's time). ``parent_id`` is None for a trace root;
     ``parent_is_remote`` marks a parent that lives in another process (a local root).
     """
 
@@ -46,6 +52,11 @@ class SpanRecord:
     kind: str = "INTERNAL"
     resource: Mapping[str, Any] = field(default_factory=dict)
     scope: str | None = None
+
+    @property
+    def unfinished(self) -> bool:
+        """True for a span still open when it was read (status :data:`UNFINISHED`)."""
+        return self.status == UNFINISHED
 
     @property
     def is_local_root(self) -> bool:

@@ -17,7 +17,12 @@ from typing import Any
 
 
 class OpenSampleRegistry:
-    """Thread-safe map of open sample roots to their start attributes, bounded in size."""
+    """Thread-safe map of open sample roots to their start attributes, bounded in size.
+
+    Registering and forgetting take no lock (they run on the rollout's thread, at every root's
+    start and end): each is one dict operation, atomic on its own; only the bound's eviction,
+    rare, and the copies take the lock.
+    """
 
     def __init__(self, max_entries: int = 1_000_000) -> None:
         self._lock = threading.Lock()
@@ -26,15 +31,15 @@ class OpenSampleRegistry:
 
     def register(self, trace_id: int, span_id: int, attributes: Mapping[str, Any]) -> None:
         """Remember the attributes (``step``, ``sample_index``, ...) of a started root."""
-        with self._lock:
-            if len(self._open) >= self._max:
-                self._open.pop(next(iter(self._open)))  # a leak elsewhere must not grow forever
-            self._open[(trace_id, span_id)] = attributes
+        if len(self._open) >= self._max:
+            with self._lock:  # a leak elsewhere must not grow forever
+                while len(self._open) >= self._max:
+                    self._open.pop(next(iter(self._open)), None)
+        self._open[(trace_id, span_id)] = attributes
 
     def unregister(self, trace_id: int, span_id: int) -> None:
         """Forget a sample root once it has ended."""
-        with self._lock:
-            self._open.pop((trace_id, span_id), None)
+        self._open.pop((trace_id, span_id), None)
 
     def lookup(self, trace_id: int, span_id: int) -> Mapping[str, Any] | None:
         """The attributes of a started, not yet ended sample root, if it was registered."""

@@ -92,6 +92,7 @@ class TracePipeline:
         self.assembler = SampleAssembler(
             settings,
             grace_seconds=self.grace.seconds(),
+            quick_grace_seconds=self.grace.quick_seconds(),
             open_samples=open_samples,
             steps=steps,
             clock=clock,
@@ -118,6 +119,8 @@ class TracePipeline:
         self._failing_since: float | None = None
         self.write_timeout_seconds = 30.0
         self.tables = StepTables(_order_key)  # each step's outcome rows, until it is over
+        # The steps Traces were logged at (for the summary's "steps covered").
+        self._steps_logged: set[int] = set()
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -159,6 +162,7 @@ class TracePipeline:
         self._lock.acquire()
         try:
             self.assembler.grace_seconds = self.grace.seconds(log_events=True)
+            self.assembler.quick_grace_seconds = self.grace.quick_seconds(log_events=True)
         finally:
             self._unlock()
 
@@ -227,21 +231,28 @@ class TracePipeline:
                 self.stats.failed_exports += 1
                 self._warn("export", f"taking log events failed: {exc!r}")
 
-    def flush(self, timeout_seconds: float = 30.0) -> bool:
-        """Log every open sample now (held ones whole, the rest as partial), durably."""
+    def flush(self, timeout_seconds: float = 30.0, open_spans: Iterable[SpanRecord] = ()) -> bool:
+        """Log every open sample now (held ones whole, the rest as partial), durably;
+        ``open_spans`` (spans not ended, read as unfinished records) join their samples."""
         if self._closed:
             return False
         if not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
             return False
         try:
-            return self._flush_all(timeout_seconds)
+            return self._flush_all(timeout_seconds, open_spans)
         finally:
             self._unlock()
 
-    def close(self, timeout_seconds: float = 30.0, *, flush: bool = True) -> None:
-        """Flush (unless ``flush=False``: a spool keeps what is open), then release the run
-        (finished when this package started it). Idempotent; waits at most ``timeout_seconds``
-        for work in progress."""
+    def close(
+        self,
+        timeout_seconds: float = 30.0,
+        *,
+        flush: bool = True,
+        open_spans: Iterable[SpanRecord] = (),
+    ) -> None:
+        """Flush (unless ``flush=False``: a spool keeps what is open; ``open_spans`` as for
+        :meth:`flush`), then release the run (finished when this package started it).
+        Idempotent; waits at most ``timeout_seconds`` for work in progress."""
         acquired = self._lock.acquire(timeout=max(0.0, timeout_seconds))
         try:
             if self._closed:
@@ -249,7 +260,7 @@ class TracePipeline:
             self._closed = True
             self._wake.set()  # the timer sees the flag and ends
             if acquired and flush:
-                self._flush_all(timeout_seconds)
+                self._flush_all(timeout_seconds, open_spans)
             elif acquired:
                 self._log_tables(flush=True)
                 self._write(timeout_seconds)
@@ -369,9 +380,9 @@ class TracePipeline:
 
     # -- stages -------------------------------------------------------------------------------
 
-    def _flush_all(self, timeout_seconds: float) -> bool:
+    def _flush_all(self, timeout_seconds: float, open_spans: Iterable[SpanRecord] = ()) -> bool:
         try:
-            logged = self._log(self._drain() + self.assembler.flush())
+            logged = self._log(self._drain() + self.assembler.flush(open_spans))
         except Exception as exc:  # noqa: BLE001
             self._warn("flush", f"flushing open samples failed: {exc!r}")
             logged = False
@@ -422,6 +433,8 @@ class TracePipeline:
                 ok = False
                 continue
             self.stats.log_calls += 1
+            self.stats.logged_at(step, step not in self._steps_logged)
+            self._steps_logged.add(step)
             _steps.note_step(step)  # the metric exporters' fallback step
             self._note_outcomes(step, traces)
         self._log_tables(flush=False)

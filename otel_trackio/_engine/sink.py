@@ -415,12 +415,22 @@ class TrackioSink:
                 owned.finished = True
                 if _owned.get(owned.key) is owned:
                     del _owned[owned.key]
-        if last:
+        if last and _finished(owned.run):
+            # Trackio's own exit hook finished it first (zero code: the SDK shuts the exporter
+            # down after it): finishing again would only print "Run finished" twice.
+            _forget_active_run(owned.run)
+        elif last:
             try:
                 owned.run.finish()
             except Exception as exc:  # noqa: BLE001 - finishing must not crash the user's program
                 _logger.warning("otel-trackio: finishing Trackio run failed: %s", exc)
             _forget_active_run(owned.run)
+
+
+def _finished(run: RunLike) -> bool:
+    """True once ``run.finish()`` ran (Trackio 0.43 sets the run's private ``_stop_flag``)."""
+    flag = getattr(run, "_stop_flag", None)
+    return isinstance(flag, threading.Event) and flag.is_set()
 
 
 def stored_span_ids(sink: TrackioSink, key: str, step: int) -> set[str] | None:

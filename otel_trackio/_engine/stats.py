@@ -34,6 +34,20 @@ class ExportStats:
     already_stored: int = 0
     samples_retried: int = 0
     failed_writes: int = 0
+    # The steps Traces were logged at: how many distinct ones, the first and the last (both 0
+    # while ``steps_logged`` is 0).
+    steps_logged: int = 0
+    first_step: int = 0
+    last_step: int = 0
+
+    def logged_at(self, step: int, new_step: bool) -> None:
+        """Traces were logged at ``step`` (``new_step``: the first time at that step)."""
+        if new_step:
+            if not self.steps_logged or step < self.first_step:
+                self.first_step = step
+            if not self.steps_logged or step > self.last_step:
+                self.last_step = step
+            self.steps_logged += 1
 
     def as_dict(self) -> dict[str, int]:
         """Every counter by its field name (what a spool checkpoint stores)."""
@@ -48,7 +62,13 @@ class ExportStats:
     def total(cls, parts: Iterable[ExportStats]) -> ExportStats:
         """The sum of several pipelines' counters (a drainer feeding many)."""
         out = cls()
+        stepped: list[ExportStats] = []
         for part in parts:
             for f in dataclasses.fields(cls):
                 setattr(out, f.name, getattr(out, f.name) + getattr(part, f.name))
+            if part.steps_logged:
+                stepped.append(part)
+        # Steps are a range, not a count: the earliest first step, the latest last step.
+        out.first_step = min((p.first_step for p in stepped), default=0)
+        out.last_step = max((p.last_step for p in stepped), default=0)
         return out

@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import threading
@@ -33,13 +32,13 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_trackio._codec import spool as codec
-from otel_trackio._core.records import LogEventRecord
+from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.sink import TrackioSink, run_id, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._offload.writer import CONFIG_FILE, WriterConfig
-from otel_trackio._spool.paths import process_spool
+from otel_trackio._spool.paths import process_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import (
     Checkpoint,
     Position,
@@ -221,23 +220,27 @@ class OffloadClient:
         with contextlib.suppress(SpoolFull, OSError, RuntimeError):
             self.producer.append(codec.EXPECT_LOGS, b"")
 
-    def force_flush(self, timeout_seconds: float) -> bool:
-        """True once the writer has made everything spooled before this call durable."""
+    def force_flush(self, timeout_seconds: float, open_spans: Sequence[SpanRecord] = ()) -> bool:
+        """True once the writer has made everything spooled before this call durable (the
+        ``open_spans`` logged, unfinished, in their samples)."""
         if self._closed:
             return False
         with self._lock:
             self._flushes += 1
             number = self._flushes
         try:
-            self.producer.append(codec.FLUSH, codec.encode_flush(number, OPEN_SAMPLES.snapshot()))
+            self.producer.append(
+                codec.FLUSH, codec.encode_flush(number, OPEN_SAMPLES.snapshot(), open_spans)
+            )
         except (SpoolFull, OSError, RuntimeError) as exc:
             self._warn("flush", f"could not ask the writer to flush: {exc!r}")
             return False
         return self._wait(lambda: self._flushed() >= number, timeout_seconds)
 
-    def shutdown(self, timeout_seconds: float) -> None:
-        """Ask the writer to drain everything and stop; wait up to ``timeout_seconds``. What is
-        not drained by then stays in the spool (the next writer of this run finishes it)."""
+    def shutdown(self, timeout_seconds: float, open_spans: Sequence[SpanRecord] = ()) -> None:
+        """Ask the writer to drain everything (``open_spans`` logged, unfinished, in their
+        samples) and stop; wait up to ``timeout_seconds``. What is not drained by then stays
+        in the spool (the next writer of this run finishes it)."""
         if self._closed:
             return
         self._closed = True
@@ -245,7 +248,9 @@ class OffloadClient:
             self._flushes += 1
             number = self._flushes
         with contextlib.suppress(SpoolFull, OSError, RuntimeError):
-            self.producer.append(codec.FLUSH, codec.encode_flush(number, OPEN_SAMPLES.snapshot()))
+            self.producer.append(
+                codec.FLUSH, codec.encode_flush(number, OPEN_SAMPLES.snapshot(), open_spans)
+            )
             self.producer.append(codec.CLOSE, b"")
         drained = self._wait(self._writer_done, timeout_seconds)
         self._closing = True
@@ -266,8 +271,8 @@ class OffloadClient:
                 process.kill()
                 process.wait()
         self.producer.close()
-        if drained:
-            shutil.rmtree(self.path, ignore_errors=True)
+        if drained:  # all in Trackio: no spool (nor empty run folders) left behind
+            remove_spool(self.path, spool_root(self.settings))
 
     def _writer_done(self) -> bool:
         process = self._process

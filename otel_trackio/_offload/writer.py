@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import pickle
-import shutil
 import signal
 import sys
 import threading
@@ -33,6 +32,7 @@ from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
 from otel_trackio._engine.sink import TrackioSink, join_run
 from otel_trackio._spool.drain import BACKOFF_SECONDS, Drainer
+from otel_trackio._spool.paths import remove_spool, spool_root
 from otel_trackio._spool.segments import is_locked
 from otel_trackio.settings import TrackioSettings
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 finished = not stop.is_set() and _stored(pipeline, stop)
                 leftover.close()
                 if finished:
-                    shutil.rmtree(left, ignore_errors=True)
+                    remove_spool(left, spool_root(settings))
         drainer = Drainer(path, lambda route: own, open_roots=registry, fsync=settings.spool_fsync)
         drainer.run(stop, producer_gone=lambda: orphaned or _parent_gone(config.parent_pid))
         # A closed or dead producer: its open samples never end; log them, and make sure
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         if done and not drainer.producer_closed:
             # Its rollout process is gone and everything is in Trackio: nothing left to finish.
             # (After a CLOSE the exporter reads the final counters, then removes the spool.)
-            shutil.rmtree(path, ignore_errors=True)
+            remove_spool(path, spool_root(settings))
     finally:
         pipeline.close(flush=False)  # what is not logged stays in the spool
     return 0 if done else STOPPED

@@ -267,14 +267,15 @@ class Drainer:
             if target is not None and entry.start >= self._metrics_logged_until:
                 target.export_metrics(request)
         elif entry.kind == codec.FLUSH:
-            number, roots = codec.decode_flush(entry.payload)
+            flush = codec.decode_flush(entry.payload)
+            number = flush.number
             if number <= self.flushed:
                 return True  # served before a restart
             if self._open_roots is not None:
-                self._open_roots.update(roots)
+                self._open_roots.update(flush.open_roots)
             ok = True
-            for pipeline in self._pipelines:
-                ok = pipeline.flush() and ok
+            for pipeline in self._pipelines:  # the producer's open spans join their samples
+                ok = pipeline.flush(open_spans=flush.open_spans) and ok
             self.stats.flushes += 1
             if not ok:  # served once what it asked for is stored (see retry)
                 self._unserved_flush = number

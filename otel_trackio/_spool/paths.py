@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -38,3 +39,35 @@ def receiver_spool(settings: TrackioSettings, project: str, name: str | None) ->
     """The default spool of ``otel-trackio serve --project P --name N``: one per project and run
     under the spool folder, so a restart with the same arguments finishes what is left."""
     return spool_root(settings) / "receiver" / safe_name(project) / safe_name(name or "_")
+
+
+SPOOL_FILES = ("checkpoint.json", "runs.json", "writer.pickle", "writer.log")
+"""Files of a spool besides its segments, locks and temporary files (``*.seg``, ``*.lock``,
+``*.tmp``)."""
+_SPOOL_SUFFIXES = (".seg", ".lock", ".tmp")
+
+
+def remove_spool(path: Path, root: Path) -> None:
+    """Remove a spool that was drained (everything in it is in Trackio): its segments,
+    checkpoint, locks and ``runs.json`` — only files a spool has, so a ``--spool`` folder given
+    by the user keeps anything else — then the folders it leaves empty, up to ``root`` (the
+    spool folder itself stays). A clean stop leaves nothing behind."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in path.iterdir():
+            if entry.is_file() and (
+                entry.name in SPOOL_FILES or entry.name.endswith(_SPOOL_SUFFIXES)
+            ):
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+    root = root.resolve()
+    folder = path.resolve()
+    while folder != root:
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:  # not empty: another spool, or the user's own files
+            return
+        if root not in folder.parents:
+            return
+        folder = folder.parent

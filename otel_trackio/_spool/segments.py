@@ -499,3 +499,10 @@ def delete_before(path: Path, seq: int) -> None:
         if old < seq:
             with contextlib.suppress(FileNotFoundError):
                 segment_path(path, old).unlink()
+
+
+def holds_segments(path: Path | str) -> bool:
+    """True when the spool at ``path`` still has segments: what a spool left by an unclean
+    stop (a crash, SIGKILL, a drain timeout) has, and a cleanly stopped one never has."""
+    folder = Path(path)
+    return folder.is_dir() and any(folder.glob(f"*{_SUFFIX}"))

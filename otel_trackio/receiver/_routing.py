@@ -26,11 +26,12 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from otel_trackio._codec import spool as codec
 from otel_trackio._codec.otlp import DecodedLogs, DecodedMetrics, DecodedSpans, decode_metrics
 from otel_trackio._codec.routes import Route
+from otel_trackio._engine.report import RunSummary
 from otel_trackio._engine.run import RunEngine, build_run_engine
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool.drain import Drainer
-from otel_trackio._spool.paths import receiver_spool
-from otel_trackio._spool.segments import Producer, SpoolFull
+from otel_trackio._spool.paths import receiver_spool, remove_spool, spool_root
+from otel_trackio._spool.segments import Producer, SpoolFull, holds_segments
 from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable, RoutesExhausted
 from otel_trackio.receiver._limits import DEFAULT_LIMITS
 from otel_trackio.receiver._names import printable_name
@@ -80,7 +81,9 @@ class Router:
         **options: Any,
     ) -> None:
         chosen = split_options(options, settings)
-        if chosen.resume is None:  # a restart continues its runs (and finishes their spool)
+        # A named run is continued when it exists (--name of an existing run resumes it), and
+        # so are the runs of spooled data left by an unclean stop (see RunNames).
+        if chosen.resume is None:
             chosen = dataclasses.replace(chosen, resume="allow")
         self.settings = chosen
         self.project = project
@@ -93,11 +96,14 @@ class Router:
         self.stats = ReceiverStats()
         self._stats_lock = threading.Lock()
         self._warn = Warnings(every_seconds=60.0)
+        # Data left by an earlier start that did not stop cleanly belongs to that start's runs:
+        # resume them. Otherwise a start without --name is a fresh run.
+        self.resumed = holds_segments(self.spool_path)
         self.producer = Producer(
             self.spool_path, int(chosen.spool_max_mb * 1024 * 1024), fsync=chosen.spool_fsync
         )
         try:
-            self._names = RunNames(self.spool_path)
+            self._names = RunNames(self.spool_path, resume=self.resumed)
             self.default = self._route_for((project, name))
             self._drainer = Drainer(self.spool_path, self._drain_target, fsync=chosen.spool_fsync)
         except BaseException:
@@ -327,6 +333,13 @@ class Router:
             "runs": len(routes),
         }
 
+    def run_summaries(self) -> list[RunSummary]:
+        """What each run (route) logged, as the end-of-run summary says it."""
+        return [
+            RunSummary(route.sink.project, route.sink.run_name, route.stats)
+            for route in self._open_routes(include_closed=True)
+        ]
+
     def _open_routes(self, include_closed: bool = False) -> list[RunEngine]:
         with self._lock:
             return [p for p in self._routes.values() if include_closed or not p.closed]
@@ -354,6 +367,10 @@ class Router:
                 _logger.warning("otel-trackio: shutting down a route failed: %r", exc)
         self._drainer.close()
         self.producer.close()
+        if drained and not any(route.stats.samples_lost for route in routes):
+            # Everything is in Trackio: no segment, lock or runs.json left behind (the next
+            # start is a fresh run). After a failed write the spool stays, to be replayed.
+            remove_spool(self.spool_path, spool_root(self.settings))
         if not drained:
             waiting, _ = self.backlog()
             _logger.warning(

@@ -1,6 +1,7 @@
 """``runs.json`` in the receiver's spool: the run names Trackio chose for routes asked for
-without one, so a restart resumes those runs (and finishes their spooled data) instead of
-starting new ones."""
+without one, so a restart after an unclean stop (data left in the spool) resumes those runs and
+finishes their spooled data there. A start with nothing left in the spool starts fresh runs:
+a clean stop removes the spool, ``runs.json`` with it."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ FILE = "runs.json"
 class RunNames:
     """project → the run name Trackio chose for it, kept in ``<spool>/runs.json``."""
 
-    def __init__(self, spool: Path) -> None:
+    def __init__(self, spool: Path, *, resume: bool) -> None:
+        """``resume``: the spool holds data of an earlier start, whose runs are to be resumed
+        (else the names of earlier, cleanly finished runs are forgotten)."""
         self._path = spool / FILE
-        self._names = self._load()
+        self._names = self._load() if resume else {}
 
     def _load(self) -> dict[str, str]:
         try:

@@ -99,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--sample-grace-seconds",
         type=float,
         default=None,
-        help="how long a completed sample waits for its spans arriving after its root "
-        "(default 5, or OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS)",
+        help="how long every completed sample waits for its spans arriving after its root "
+        "(default: 0.5 until the run shows spans trailing their root, then 5; or "
+        "OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS)",
     )
     serve.add_argument(
         "--spool",

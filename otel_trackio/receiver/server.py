@@ -17,6 +17,8 @@ from typing import Any
 
 import uvicorn
 
+from otel_trackio._engine.report import open_line
+from otel_trackio._engine.sink import trackio_dir
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
 from otel_trackio.receiver._protocol import guarded_protocol
 from otel_trackio.receiver._routing import Router
@@ -235,6 +237,12 @@ class OTLPReceiver:
             f"otel-trackio serve: listening on {self.url} (OTLP/HTTP POST /v1/traces, "
             f"/v1/metrics, /v1/logs{auth})"
             f" -> Trackio project {self.project!r}, run {self.run_name!r}"
+            + (
+                " (resumed: it finishes what an earlier start left in the spool "
+                f"{self.router.spool_path})"
+                if self.router.resumed
+                else ""
+            )
         )
         if self.summary_interval > 0 and self._summary_thread is None:
             self._summary_thread = threading.Thread(
@@ -273,10 +281,30 @@ class OTLPReceiver:
             f"{totals['retried']} retried, {totals['metrics']} metrics logged, "
             f"{totals['rejected']} rejected{left}"
         )
+        self._report_runs()
         try:
             self._socket.close()
         except OSError:
             pass
+
+    def _report_runs(self) -> None:
+        """The end-of-run summary of each run the receiver logged into, then how to open them
+        (the same lines the in-process exporter prints)."""
+        if not self.router.settings.summary:
+            return
+        try:
+            summaries = self.router.run_summaries()
+        except Exception as exc:  # noqa: BLE001 - a summary must never fail the stop
+            _logger.debug("otel-trackio: summary failed: %r", exc)
+            return
+        projects: list[str] = []
+        for summary in summaries:
+            self._report(summary.lines()[0])
+            if summary.project not in projects:
+                projects.append(summary.project)
+        folder = trackio_dir()
+        for project in projects:
+            self._report(open_line(project, folder))
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -34,7 +34,6 @@ Pure: data in, samples out. It reads only what it is given: its settings, a cloc
 flush.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -70,6 +69,7 @@ class _Held:
     due: float
     waits_for_step: bool
     ancestor_step: Any = None
+    completed: float = 0.0
 
 
 @dataclass(slots=True)
@@ -94,6 +94,11 @@ class SampleAssembler:
     Args:
         settings: attribute names, ``sample_ttl_seconds``, ``max_buffered_spans``.
         grace_seconds: how long a completed sample waits for spans arriving after its root.
+        quick_grace_seconds: with it, completed samples wait only this long until spans of the
+            run have shown that they can trail their root — one sample's spans from several
+            processes (resources, or a remote parent inside the sample), or a span arriving after
+            its sample's root; from then on, and for the samples held at that moment,
+            ``grace_seconds`` (see :meth:`saw_trailing_spans`). None: always ``grace_seconds``.
         open_samples: where roots still open at a flush are looked up (None: nowhere).
         remembered_spans: span ids of emitted samples remembered, to place late spans.
         steps: where the latest step is read (a sample without a step takes it) and noted
@@ -106,6 +111,7 @@ class SampleAssembler:
         settings: TrackioSettings | None = None,
         *,
         grace_seconds: float = 0.0,
+        quick_grace_seconds: float | None = None,
         open_samples: OpenSampleLookup | None = None,
         remembered_spans: int = 50_000,
         steps: StepMemory | None = None,
@@ -117,6 +123,9 @@ class SampleAssembler:
         self.ttl_seconds = settings.sample_ttl_seconds
         self.max_spans = settings.max_buffered_spans
         self.grace_seconds = max(0.0, grace_seconds)
+        self.quick_grace_seconds = quick_grace_seconds
+        # Spans of this run have trailed their sample's root (see quick_grace_seconds).
+        self.trailing_seen = False
         self._open_samples = open_samples
         self._clock = clock
         self._traces: OrderedDict[int, _OpenTrace] = OrderedDict()
@@ -256,8 +265,24 @@ class SampleAssembler:
             out.extend(self._take_partial(trace_id, "ttl"))
         return out
 
-    def flush(self) -> list[Sample]:
-        """Emit everything: held samples whole, every open span as partial samples."""
+    def flush(self, open_spans: Iterable[SpanRecord] = ()) -> list[Sample]:
+        """Emit everything: held samples whole, every buffered span as partial samples.
+
+        ``open_spans``: spans started and not ended yet, read at the flush (status
+        ``unfinished``, ending now). Each joins its sample first, so a sample stuck in a tool
+        call shows its open root and that tool span — and one with no span ended at all is
+        logged too. One already shown by an earlier flush is not shown again; when it ends, it
+        comes out as a continuation (``late``) of that sample.
+        """
+        now = self._clock()
+        for record in open_spans:
+            trace = self._traces.get(record.trace_id)
+            if trace is not None and (
+                record.span_id in trace.spans or record.span_id in trace.held_spans
+            ):
+                continue  # it ended after all and is here already
+            if self._memory.identity_of(record.trace_id, record.span_id) is None:
+                self._buffer(record, now, [])
         out: list[Sample] = []
         for trace_id in list(self._traces):
             out.extend(self._take_partial(trace_id, "flush"))
@@ -341,8 +366,11 @@ class SampleAssembler:
         )
 
     def _late_identity(self, record: SpanRecord) -> SampleIdentity | None:
-        # A remote parent counts too: the OTLP receiver gets the spans of every process.
-        return self._memory.identity_of(record.trace_id, record.parent_id)
+        # A remote parent counts too: the OTLP receiver gets the spans of every process. So does
+        # the span itself, logged unfinished by a flush before it ended.
+        return self._memory.identity_of(record.trace_id, record.parent_id) or (
+            self._memory.identity_of(record.trace_id, record.span_id)
+        )
 
     # -- completing and holding samples -------------------------------------------------------
 
@@ -354,6 +382,7 @@ class SampleAssembler:
         late = self._late_identity(root)
         is_tagged = self.sample_attribute in root.attributes
         if late is not None and not (is_tagged and late.sample_index is None):
+            self.saw_trailing_spans()  # these came after their sample had gone out
             self._buffered -= len(spans)
             self._forget_if_empty(root.trace_id, trace)
             continuation = dataclasses.replace(late, partial_reason="late")
@@ -366,7 +395,9 @@ class SampleAssembler:
         waits = not root.is_local_root and not any(
             self.step_attribute in s.attributes for s in spans
         )
-        held = _Held(root.trace_id, root, spans, now + self.grace_seconds, waits)
+        if self._quick_for_now() and _shows_other_processes(root, spans, is_tagged):
+            self.saw_trailing_spans()  # the other process's spans may still be on their way
+        held = _Held(root.trace_id, root, spans, now + self.hold_seconds, waits, completed=now)
         trace.held[root.span_id] = held
         for span in spans:
             trace.held_spans[span.span_id] = held
@@ -392,9 +423,30 @@ class SampleAssembler:
 
     def _join(self, trace: _OpenTrace, held: _Held, record: SpanRecord) -> None:
         """A span (and what hangs below it) arriving while its sample is held joins it."""
+        self.saw_trailing_spans()
         for span in self._take_subtree(trace, record.span_id):
             held.spans.append(span)
             trace.held_spans[span.span_id] = held
+
+    @property
+    def hold_seconds(self) -> float:
+        """How long a sample completing now is held: the quick grace until spans of the run
+        have trailed their root, then the grace period."""
+        if not self._quick_for_now():
+            return self.grace_seconds
+        return min(max(0.0, self.quick_grace_seconds or 0.0), self.grace_seconds)
+
+    def _quick_for_now(self) -> bool:
+        return self.quick_grace_seconds is not None and not self.trailing_seen
+
+    def saw_trailing_spans(self) -> None:
+        """Spans of this run can trail their sample's root: from now on every sample is held for
+        the whole grace period, those held at this moment included."""
+        if not self._quick_for_now():
+            return
+        self.trailing_seen = True
+        for held in self._held.values():  # completion order, so still ordered by due time
+            held.due = max(held.due, held.completed + self.grace_seconds)
 
     def _give_step_to_waiting(self, trace: _OpenTrace, ancestors: list[SpanRecord]) -> None:
         """Held samples waiting for a step get the step of their nearest ancestor that has one."""
@@ -449,15 +501,21 @@ class SampleAssembler:
         for held in list(trace.held.values()):
             self._held.pop((trace_id, held.root.span_id), None)
             out.append(self._release(held))
-        groups: dict[int | None, list[SpanRecord]] = {}
+        groups: dict[tuple[int | None, int | None], list[SpanRecord]] = {}
+        roots: dict[tuple[int | None, int | None], SpanRecord] = {}
         for span in trace.spans.values():
-            groups.setdefault(self._attach_point(trace, span), []).append(span)
+            attach, root = self._partial_place(trace, span)
+            key = (attach, root.span_id if root is not None else None)
+            groups.setdefault(key, []).append(span)
+            if root is not None:
+                roots[key] = root
         self._buffered -= len(trace.spans)
         placeholders = self._take_pending(trace)
         if placeholders:
-            groups.setdefault(None, []).extend(placeholders)
+            groups.setdefault((None, None), []).extend(placeholders)
         self._traces.pop(trace_id, None)
-        for attach, spans in groups.items():
+        for key, spans in groups.items():
+            attach, root = key[0], roots.get(key)
             late = self._memory.identity_of(trace_id, attach)
             if late is None and attach is None and len(spans) == len(placeholders):
                 # Only log events whose span never came: the trace's one logged sample, if any.
@@ -469,19 +527,26 @@ class SampleAssembler:
                 known = None
                 if attach is not None and self._open_samples is not None:
                     known = self._open_samples.lookup(trace_id, attach)
-                identity = self._identifier.identify(spans, None, known=known, reason=reason)
+                identity = self._identifier.identify(spans, root, known=known, reason=reason)
                 self._memory.remember(spans, dataclasses.replace(identity, partial_reason=None))
-            out.append(Sample(spans, None, identity))
+            out.append(Sample(spans, root, identity))
         return out
 
-    def _attach_point(self, trace: _OpenTrace, span: SpanRecord) -> int | None:
-        """The id of the first ancestor that is not buffered (None for a local root)."""
+    def _partial_place(
+        self, trace: _OpenTrace, span: SpanRecord
+    ) -> tuple[int | None, SpanRecord | None]:
+        """Where a span flushed early goes: the id of its first ancestor that is not buffered
+        (None for a local root), and its sample's root when that is buffered too — the
+        outermost span carrying the sample attribute, else the local root on top (a span
+        still open at the flush)."""
         top = span
-        for top in self._ancestors(trace.spans, span):  # noqa: B007 - the outermost is wanted
-            pass
-        if top.parent_id is None or top.parent_is_remote:
-            return None
-        return top.parent_id
+        root = span if self.sample_attribute in span.attributes else None
+        for top in self._ancestors(trace.spans, span):
+            if self.sample_attribute in top.attributes:
+                root = top
+        if top.is_local_root:
+            return None, root or top
+        return top.parent_id, root
 
     def _take_subtree(self, trace: _OpenTrace, root_id: int) -> list[SpanRecord]:
         out: list[SpanRecord] = []
@@ -547,3 +612,17 @@ class SampleAssembler:
         while self._buffered > self.max_spans and self._traces:
             out.extend(self._take_partial(next(iter(self._traces)), "capacity"))
         return out
+
+
+def _shows_other_processes(root: SpanRecord, spans: list[SpanRecord], is_tagged: bool) -> bool:
+    """True when a completed sample shows spans of its trace in more than one process: a span
+    below the root whose parent is remote, spans of another resource than the root's, or an
+    untagged root whose parent is remote (a piece of a sample rooted in another process)."""
+    if root.parent_is_remote and not is_tagged:
+        return True
+    resource = root.resource
+    return any(
+        span is not root
+        and (span.parent_is_remote or (span.resource is not resource and span.resource != resource))
+        for span in spans
+    )

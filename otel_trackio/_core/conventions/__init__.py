@@ -1,27 +1,32 @@
 """A span's GenAI facts, whatever convention carried them: :func:`read_span_facts`.
 
-One small module per convention (``otel_genai``, ``openinference``, ``openllmetry``, ``tokens``);
+One small module per convention (``otel_genai``, ``openinference``, ``openllmetry``, ``ai_sdk``,
+``tokens``);
 this module applies the precedence when a span carries several forms (first one present wins,
 per field):
 
 - kind: ``gen_ai.operation.name`` (LiteLLM's call types such as ``acompletion`` included) >
-  ``openinference.span.kind`` > ``traceloop.span.kind`` > ``llm.request.type`` > inferred
-  (messages, usage or token ids present → generation);
+  ``openinference.span.kind`` > ``traceloop.span.kind`` > ``llm.request.type`` > the AI SDK's
+  ``ai.operationId`` > inferred (messages, usage or token ids present → generation);
 - messages (system, input and output each on their own): OTel JSON attributes > OTel span
   events > OTel log events joined to the span (each: ``...operation.details``, then per-message
   events, then ``gen_ai.content.*``) > OpenInference
-  ``llm.*_messages`` > OpenLLMetry ``gen_ai.prompt/completion.N`` > a generation's
+  ``llm.*_messages`` > OpenLLMetry ``gen_ai.prompt/completion.N`` > the AI SDK's
+  ``ai.prompt.messages`` / ``ai.prompt`` and ``ai.response.*`` > a generation's
   ``input.value``/``output.value`` (a request/response body or text) > decoded token ids;
-- model: ``gen_ai.response.model`` > ``gen_ai.request.model`` > ``llm.model_name``; provider:
-  ``gen_ai.provider.name`` > ``gen_ai.system`` > ``llm.provider`` > ``llm.system`` (attributes
+- model: ``gen_ai.response.model`` > ``gen_ai.request.model`` > ``llm.model_name`` >
+  ``ai.response.model`` > ``ai.model.id``; provider: ``gen_ai.provider.name`` > ``gen_ai.system``
+  > ``llm.provider`` > ``llm.system`` > ``ai.model.provider`` (attributes
   equal to the value chosen are consumed; one that differs, e.g. a request model other than the
   response model, stays in metadata);
 - usage: ``gen_ai.usage.input/output_tokens`` > ``gen_ai.usage.prompt/completion_tokens`` >
-  ``llm.token_count.prompt/completion``; cost: ``llm.cost.total`` > ``gen_ai.usage.cost`` >
+  ``llm.token_count.prompt/completion`` > ``ai.usage.*`` (keys holding the value chosen are
+  consumed, as for the model); cost: ``llm.cost.total`` > ``gen_ai.usage.cost`` >
   ``llm.cost.prompt + llm.cost.completion``;
 - tool input/output: ``gen_ai.tool.call.arguments/result`` > pydantic-ai's older
-  ``tool_arguments``/``tool_response`` > ``input.value``/``output.value`` >
-  ``traceloop.entity.input/output`` > the span's messages (one message: its content).
+  ``tool_arguments``/``tool_response`` > the AI SDK's ``ai.toolCall.args/result`` >
+  ``input.value``/``output.value`` > ``traceloop.entity.input/output`` > the span's messages (one
+  message: its content).
 
 Framework dialects (Strands/Bedrock blocks, smolagents' roles, LiteLLM's extras) are normalised
 by :mod:`.dialects` inside the readers. MLflow's span format (:mod:`.mlflow`: JSON-encoded
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_trackio._core.conventions import (
+    ai_sdk,
     dialects,
     mlflow,
     openinference,
@@ -66,9 +72,16 @@ MODEL_KEYS = (
     "gen_ai.request.model",
     "llm.model_name",
     "llm.response.model",
+    *ai_sdk.MODEL_KEYS,
     mlflow.MODEL,
 )
-PROVIDER_KEYS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+PROVIDER_KEYS = (
+    "gen_ai.provider.name",
+    "gen_ai.system",
+    "llm.provider",
+    "llm.system",
+    *ai_sdk.PROVIDER_KEYS,
+)
 #: span metadata note on a sample root LiteLLM wrote its model-call attributes onto
 LITELLM_ROOT_NOTE = (
     "LiteLLM wrote a model call's attributes onto this sample root (its default mode: onto the"
@@ -183,13 +196,18 @@ def _explicit_kind(attrs: Mapping[str, Any]) -> str | None:
         if operation in GENERATION_OPERATIONS:
             return "generation"
         return "tool" if operation in TOOL_OPERATIONS else "span"
-    return openinference.kind(attrs) or openllmetry.kind(attrs)
+    return openinference.kind(attrs) or openllmetry.kind(attrs) or ai_sdk.kind(attrs)
 
 
 _USAGE_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "input_tokens",
-        ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt"),
+        (
+            "gen_ai.usage.input_tokens",
+            "gen_ai.usage.prompt_tokens",
+            "llm.token_count.prompt",
+            *ai_sdk.USAGE_KEYS["input_tokens"],
+        ),
     ),
     (
         "output_tokens",
@@ -197,11 +215,17 @@ _USAGE_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gen_ai.usage.output_tokens",
             "gen_ai.usage.completion_tokens",
             "llm.token_count.completion",
+            *ai_sdk.USAGE_KEYS["output_tokens"],
         ),
     ),
     (
         "total_tokens",
-        ("gen_ai.usage.total_tokens", "llm.usage.total_tokens", "llm.token_count.total"),
+        (
+            "gen_ai.usage.total_tokens",
+            "llm.usage.total_tokens",
+            "llm.token_count.total",
+            *ai_sdk.USAGE_KEYS["total_tokens"],
+        ),
     ),
     (
         "cache_read_input_tokens",
@@ -209,6 +233,7 @@ _USAGE_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gen_ai.usage.cache_read.input_tokens",
             "gen_ai.usage.cache_read_input_tokens",
             "llm.token_count.prompt_details.cache_read",
+            *ai_sdk.USAGE_KEYS["cache_read_input_tokens"],
         ),
     ),
     (
@@ -216,6 +241,7 @@ _USAGE_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "gen_ai.usage.reasoning.output_tokens",
             "llm.token_count.completion_details.reasoning",
+            *ai_sdk.USAGE_KEYS["reasoning_output_tokens"],
         ),
     ),
 )
@@ -226,10 +252,11 @@ def _read_usage(attrs: Mapping[str, Any], consumed: set[str]) -> dict[str, int] 
     for target, keys in _USAGE_KEYS:
         for key in keys:
             value = as_int(attrs.get(key))
-            if value is not None:  # 0 is a real count
-                usage[target] = value
+            if value is None:  # 0 is a real count
+                continue
+            usage.setdefault(target, value)
+            if value == usage[target]:  # the same count under another name is consumed too
                 consumed.add(key)
-                break
     if "input_tokens" not in usage and "output_tokens" not in usage:
         return usage or None
     if "total_tokens" not in usage:
@@ -272,6 +299,8 @@ def _read_messages(
     if any(key.startswith(_FLAT_PREFIXES) for key in attrs):  # one cheap pass for both readers
         sources.append(openinference.read(attrs, facts.consumed))
         sources.append(openllmetry.read(attrs, facts.consumed))
+    if ai_sdk.OPERATION_KEY in attrs:
+        sources.append(ai_sdk.read(attrs, facts.consumed))
     if view is not None:
         sources.append(view.messages)
     for found in sources:
@@ -295,8 +324,18 @@ def _read_messages(
 _INPUT_KEYS = ("input.value", "traceloop.entity.input")
 _OUTPUT_KEYS = ("output.value", "traceloop.entity.output")
 # pydantic-ai's instrumentation version 2 names its tool I/O ``tool_arguments`` / ``tool_response``.
-_TOOL_INPUT_KEYS = ("gen_ai.tool.call.arguments", "tool_arguments", *_INPUT_KEYS)
-_TOOL_OUTPUT_KEYS = ("gen_ai.tool.call.result", "tool_response", *_OUTPUT_KEYS)
+_TOOL_INPUT_KEYS = (
+    "gen_ai.tool.call.arguments",
+    "tool_arguments",
+    ai_sdk.TOOL_INPUT_KEY,
+    *_INPUT_KEYS,
+)
+_TOOL_OUTPUT_KEYS = (
+    "gen_ai.tool.call.result",
+    "tool_response",
+    ai_sdk.TOOL_OUTPUT_KEY,
+    *_OUTPUT_KEYS,
+)
 
 
 def _value(attrs: Mapping[str, Any], key: str) -> Any:

@@ -1,0 +1,46 @@
+"""The plain row a span travels as: read from an SDK span (:mod:`.sdk`), pickled into a spool
+entry (:mod:`.spool`), made into a :class:`~otel_trackio._core.records.SpanRecord` at the end.
+
+A row is a tuple of plain values, so building one costs the rollout's export thread almost
+nothing and pickling it is one fast C call per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from otel_trackio._codec.tables import kind_name, status_name
+from otel_trackio._core.records import EventRecord, SpanRecord
+
+SpanRow = tuple[Any, ...]
+"""``(trace_id, span_id, name, start_ns, end_ns, parent_id, parent_is_remote, attributes or
+None, events or None, status code (0 unset, 1 ok, 2 error), status description, kind (the
+``SpanKind`` value), resource key, scope name)``; events are ``(name, time_ns, attributes)``.
+The attributes may be a finished span's own dict: read them, never change them."""
+
+RESOURCE_KEY = 12
+"""Where a row holds its resource's key (``id(resource)``: the rows of one spool entry share
+their resources' attributes)."""
+
+
+def record_from_row(row: SpanRow, resource: Mapping[str, Any]) -> SpanRecord:
+    """The span record of ``row``, with its resource's attributes."""
+    (trace_id, span_id, name, start, end, parent_id, remote, attributes, events) = row[:9]
+    status, description, kind, _, scope = row[9:]
+    return SpanRecord(
+        trace_id=trace_id,
+        span_id=span_id,
+        name=name,
+        start_ns=start,
+        end_ns=end,
+        parent_id=parent_id,
+        parent_is_remote=bool(remote),
+        attributes=attributes or {},
+        events=tuple(EventRecord(n, t, a) for n, t, a in events) if events else (),
+        status=status_name(status),
+        status_description=description,
+        kind=kind_name(kind),
+        resource=resource,
+        scope=scope,
+    )

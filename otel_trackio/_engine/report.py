@@ -1,0 +1,89 @@
+"""What a run tells its user: one summary at the end, and the command that opens the Traces.
+
+Every path ends a run with the same two lines — the in-process exporter (offloading or not) at
+``shutdown()``, the OTLP receiver when it stops::
+
+    otel-trackio: 24 samples logged to 'demo' run 'run-3', steps 0-5 (6 steps); 2 partial,
+    0 lost; 8 not traced (max_samples_per_step=4)
+    otel-trackio: open them with: TRACKIO_DIR=/tmp/x /venv/bin/trackio show --project demo
+    → Traces page, Sort "Oldest first" (partial ones: search "partial")
+
+:func:`say` prints to stderr (the user's stdout stays theirs); the ``summary`` setting
+(``OTEL_EXPORTER_TRACKIO_SUMMARY=false``) turns the summary off.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from otel_trackio._engine.stats import ExportStats
+
+WHERE_ON_THE_PAGE = 'Traces page, Sort "Oldest first"'
+"""Where the Traces are on Trackio's dashboard: its Traces page, oldest first reads the steps in
+order and each step in sample order (one log call per step, listed in sample order)."""
+
+
+def show_command(project: str, trackio_dir: str | Path | None = None) -> str:
+    """The ``trackio show --project ...`` command that opens ``project`` from any folder: this
+    Python's ``trackio`` program, with the ``TRACKIO_DIR`` the data went to (``trackio_dir``,
+    else the variable when it is set)."""
+    beside = Path(os.path.abspath(sys.executable)).parent / "trackio"
+    program = str(beside) if beside.exists() else shutil.which("trackio") or "trackio"
+    command = f"{shlex.quote(program)} show --project {shlex.quote(project)}"
+    folder = trackio_dir if trackio_dir is not None else os.environ.get("TRACKIO_DIR")
+    if folder:
+        command = f"TRACKIO_DIR={shlex.quote(os.path.abspath(folder))} {command}"
+    return command
+
+
+def open_line(project: str, trackio_dir: str | Path | None = None) -> str:
+    """The summary's second line: the command, and where on the page to look."""
+    return (
+        f"otel-trackio: open them with: {show_command(project, trackio_dir)} → "
+        f'{WHERE_ON_THE_PAGE} (partial ones: search "partial")'
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """What one run's span path did, as the end-of-run summary says it."""
+
+    project: str
+    run: str | None
+    stats: ExportStats
+    not_traced: int | None = None
+    """Samples a ``StepSampler`` left out (None: no sampler)."""
+    max_samples_per_step: int | None = None
+
+    def lines(self, trackio_dir: str | Path | None = None) -> list[str]:
+        """The two lines: what was logged, then how to open it."""
+        stats = self.stats
+        where = f"{self.project!r}" + (f" run {self.run!r}" if self.run else "")
+        if stats.steps_logged == 0:
+            steps = ""
+        elif stats.steps_logged == 1:
+            steps = f", step {stats.first_step}"
+        else:
+            steps = f", steps {stats.first_step}-{stats.last_step} ({stats.steps_logged} steps)"
+        first = (
+            f"otel-trackio: {stats.samples_logged} samples logged to {where}{steps}; "
+            f"{stats.partial_samples} partial, {stats.samples_lost} lost"
+        )
+        if self.not_traced is not None:
+            first += f"; {self.not_traced} not traced"
+            if self.max_samples_per_step is not None:
+                first += f" (max_samples_per_step={self.max_samples_per_step})"
+        return [first, open_line(self.project, trackio_dir)]
+
+
+def say(line: str) -> None:
+    """Tell the user ``line`` (stderr; never raises: a closed stream must not fail a run)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,117 @@
+"""The fast reader of SDK spans (``_codec/sdk.span_row``) gives what the public API gives."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
+
+from otel_trackio._codec import spool as codec
+from otel_trackio._codec.sdk import (
+    attributes_view,
+    public_span_row,
+    record_from_readable_span,
+    span_row,
+)
+
+
+def _spans() -> list[ReadableSpan]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc", "k": 1}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("scope-a")
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    with tracer.start_as_current_span(
+        "rollout",
+        context=trace.set_span_in_context(NonRecordingSpan(remote)),
+        attributes={"step": 3, "sample_index": 7, "tags": ["a", "b"], "ok": True},
+        kind=SpanKind.SERVER,
+    ):
+        with tracer.start_as_current_span("chat", kind=SpanKind.CLIENT) as chat:
+            chat.set_attribute("gen_ai.input.messages", "x" * 3000)
+            chat.add_event("gen_ai.choice", {"index": 0, "message": "hi"}, timestamp=123)
+            chat.add_event("bare")
+            chat.set_status(Status(StatusCode.ERROR, "boom"))
+        with tracer.start_as_current_span("ok", kind=SpanKind.CONSUMER) as ok:
+            ok.set_status(Status(StatusCode.OK))
+    spans = list(memory.get_finished_spans())
+    provider.shutdown()
+    return spans
+
+
+def test_the_fast_reader_and_the_public_api_give_the_same_rows() -> None:
+    spans = _spans()
+    assert len(spans) == 3
+    for span in spans:
+        fast, fast_resource = span_row(span)
+        public, public_resource = public_span_row(span)
+        assert fast == public
+        assert fast_resource is public_resource
+    rows = {row[2]: row for row, _ in map(span_row, spans)}
+    assert rows["rollout"][6] is True  # a remote parent
+    assert rows["chat"][9:12] == (2, "boom", SpanKind.CLIENT.value)
+    assert rows["chat"][8] == (
+        ("gen_ai.choice", 123, {"index": 0, "message": "hi"}),
+        ("bare", rows["chat"][8][1][1], {}),
+    )
+    assert rows["ok"][9] == 1
+
+
+def test_hand_made_and_foreign_spans_are_read_through_the_public_api() -> None:
+    made = ReadableSpan(
+        "made",
+        context=SpanContext(1, 2, is_remote=False),
+        attributes={"sample_index": 1},
+        events=(),
+        start_time=5,
+        end_time=9,
+    )
+    assert span_row(made)[0] == public_span_row(made)[0]
+    assert "sample_index" in attributes_view(made)
+
+    class Foreign(ReadableSpan):
+        """A ReadableSpan whose fields are not where the SDK keeps them."""
+
+        def __init__(self) -> None:
+            pass
+
+        name = "foreign"  # type: ignore[assignment]
+        context = SpanContext(3, 4, is_remote=False)  # type: ignore[assignment]
+        parent = None  # type: ignore[assignment]
+        status = Status(StatusCode.UNSET)  # type: ignore[assignment]
+        events = ()  # type: ignore[assignment]
+        instrumentation_scope = None  # type: ignore[assignment]
+        resource = Resource.create({})  # type: ignore[assignment]
+        start_time = 1  # type: ignore[assignment]
+        end_time = 2  # type: ignore[assignment]
+        attributes = MappingProxyType({"sample_index": 4})  # type: ignore[assignment]
+        kind = SpanKind.INTERNAL  # type: ignore[assignment]
+
+    row, _ = span_row(Foreign())
+    assert row[:5] == (3, 4, "foreign", 1, 2)
+    assert row[7] == {"sample_index": 4}
+    assert "sample_index" in attributes_view(Foreign())
+
+
+def test_records_and_spool_rows_round_trip() -> None:
+    spans = _spans()
+    _, decoded = codec.decode_spans(codec.encode_sdk_spans(spans))
+    direct = [record_from_readable_span(s) for s in spans]
+    assert decoded == direct
+    chat = next(r for r in direct if r.name == "chat")
+    assert (chat.status, chat.status_description, chat.kind) == ("error", "boom", "CLIENT")
+    assert chat.resource == {**chat.resource, "service.name": "svc", "k": 1}
+    assert [e.name for e in chat.events] == ["gen_ai.choice", "bare"]
+    assert chat.scope == "scope-a"
