@@ -492,7 +492,7 @@ def test_drain_command_returns_past_a_torn_tail_and_counts_it_once(project, fres
     batch = _spans(0, range(1))
     assert _send(server.url, batch)
     _wait_until(lambda: (load_checkpoint(spool) or _never()).processed.offset > 0, what="drain")
-    server.stop()
+    server.stop(signal.SIGKILL)  # the sample still held: the spool keeps it
     last = max(spool.glob("*.seg"))
     with open(last, "ab") as handle:  # a producer killed mid-write: a header and half a body
         handle.write(HEADER.pack(MAGIC, 1, 0, 1000, 0, time.time_ns()) + b"x" * 300)
