@@ -249,6 +249,8 @@ def _read_the_outcome_table(page, dashboard: str, project: str, by_sample, shot:
         assert row[5] == answer, row
         assert row[6] == "2" and int(row[7]) > 0, row  # two model turns, their tokens
     stuck = rows[7]
-    assert stuck[2] == "" and stuck[3] == "partial" and stuck[4] == "flush", stuck
+    assert stuck[2] == "" and stuck[3] == "partial", stuck
+    # Where it stopped: the spans still open at the flush, the tool call first.
+    assert stuck[4].startswith("flush: still open: execute_tool calculator"), stuck
     step_2.first.scroll_into_view_if_needed()
     page.screenshot(path=str(shot))
