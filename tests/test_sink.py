@@ -20,7 +20,7 @@ from trackio import context_vars
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._engine import sink as door
-from otel_trackio._engine.sink import TrackioSink, stored_span_sets
+from otel_trackio._engine.sink import TrackioSink, stored_span_ids
 
 WAIT = 30.0  # seconds: the most Trackio's own writer thread may take with the CPU busy
 TRACE = {
@@ -172,8 +172,8 @@ def test_flush_makes_a_log_durable_before_it_returns(project):
             sink.log_traces("traces", [TRACE], step=7)
             assert sink.flush()
             assert [t["step"] for t in _traces(project, "durable")] == [7]
-        assert stored_span_sets(sink, "traces", 7) == {frozenset({"00000000000000aa"})}
-        assert stored_span_sets(sink, "other-key", 7) == set()
+        assert stored_span_ids(sink, "traces", 7) == {"00000000000000aa"}
+        assert stored_span_ids(sink, "other-key", 7) == set()
     finally:
         real.finish()
 
