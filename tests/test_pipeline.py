@@ -152,7 +152,7 @@ def test_a_completed_sample_is_logged_only_after_its_grace_period(project, pipel
     assert pipeline.assembler.held_samples == 1
     assert not _stored(project)
     clock.now += 4.9
-    late = SpanRecord(1, 3, "judge", 11, 12, parent_id=1)
+    late = SpanRecord(1, root.span_id + 2, "judge", 11, 12, parent_id=root.span_id)
     assert pipeline.add([child, late])  # spans trailing the root join it during its grace
     assert pipeline.expire()
     assert not _stored(project)
