@@ -75,8 +75,7 @@ class TrackioSpanExporter(SpanExporter):
         settings: TrackioSettings | None = None,
         **options: Any,
     ) -> None:
-        asked = settings_for(project, name, settings, options)
-        settings = with_offload_resolved(asked)
+        settings = with_offload_resolved(settings_for(project, name, settings, options))
         self.settings = settings
         self.open_spans = OpenSpans()
         """Spans started and not ended (fed by ``TrackioSpanProcessor``/``OpenSampleTracker``):
@@ -97,9 +96,8 @@ class TrackioSpanExporter(SpanExporter):
             why_not = _why_not_offload(settings, self._sink)
             if why_not is None:
                 self._offload = OffloadClient(settings, self._sink)
-            else:  # a warning when asked for; by default, in process is the answer
-                _logger.log(
-                    logging.WARNING if asked.offload else logging.INFO,
+            else:  # said whether asked for or the default: in process costs the rollout more
+                _logger.warning(
                     "otel-trackio: exporting spans in this process, not through an offload "
                     "writer process: %s (offload=False says so and silences this)",
                     why_not,

@@ -86,7 +86,8 @@ def test_the_offload_fallback_says_what_happened_not_what_the_user_did_not_set(
         otel_trackio.configure({project!r}, "fallback", token_decoder=decode).shutdown()
         """
     )
-    result = run_python(script, trackio_dir)
+    # The default (offload on), not the tests' process-wide OTEL_EXPORTER_TRACKIO_OFFLOAD=false.
+    result = run_python(script, trackio_dir, OTEL_EXPORTER_TRACKIO_OFFLOAD="")
     assert result.returncode == 0, result.stderr
     assert "offload=True" not in result.stderr
     assert (
