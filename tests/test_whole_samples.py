@@ -164,9 +164,9 @@ def test_an_idle_open_trace_is_logged_at_its_ttl_by_the_timer(project, tracer_pr
     provider.shutdown()
 
 
-def test_force_flush_logs_held_samples_at_once_whole(project):
+def test_force_flush_logs_held_samples_at_once_whole(project, tracer_provider):
     exporter = TrackioSpanExporter(project, "flush", sample_grace_seconds=60)
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("t")
     for i in range(3):
@@ -190,9 +190,9 @@ def test_held_samples_count_against_the_span_buffer():
 
 
 @pytest.mark.parametrize("how", ["processor", "tracker"])
-def test_open_roots_started_with_the_plain_api_keep_their_identity(project, how):
+def test_open_roots_started_with_the_plain_api_keep_their_identity(project, how, tracer_provider):
     exporter = TrackioSpanExporter(project, how)
-    provider = TracerProvider()
+    provider = tracer_provider
     if how == "processor":
         provider.add_span_processor(TrackioSpanProcessor(exporter))
     else:  # what the zero-code setup adds beside the SDK's own BatchSpanProcessor
