@@ -455,10 +455,10 @@ def _decoder(calls: list[str]) -> Callable[[list[int]], str]:
     return decode
 
 
-def test_token_ids_decoded_on_the_export_thread(project):
+def test_token_ids_decoded_on_the_export_thread(project, tracer_provider):
     calls: list[str] = []
     exporter = TrackioSpanExporter(project=project, name="r", token_decoder=_decoder(calls))
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(BatchSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
     with tracer.start_as_current_span("rollout", attributes=SAMPLE):

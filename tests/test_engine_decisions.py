@@ -7,7 +7,6 @@ from conftest import read_traces
 from opentelemetry._logs import LogRecord
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_trackio import TrackioLogExporter, TrackioSpanExporter, set_step
@@ -47,11 +46,10 @@ def test_a_hand_built_exporter_does_not_change_the_process_wide_settings(project
         second.shutdown()
 
 
-def test_offloaded_stats_keep_every_counter_of_the_writer(project):
+def test_offloaded_stats_keep_every_counter_of_the_writer(project, tracer_provider):
     spans = TrackioSpanExporter(project, "stats", offload=True)
     assert spans.offloaded is not None
     logs = TrackioLogExporter(spans)
-    tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     tracer = tracer_provider.get_tracer("t")
     recorded = InMemoryLogRecordExporter()

@@ -196,9 +196,9 @@ def test_each_export_logs_one_batch_per_step(project):
     assert sorted(_samples(read_traces(project, "r"))) == [(s, i) for s in (0, 1) for i in range(3)]
 
 
-def test_many_threads_and_asyncio_tasks_never_mix_samples(project):
+def test_many_threads_and_asyncio_tasks_never_mix_samples(project, tracer_provider):
     exporter = TrackioSpanExporter(project=project, name="r")
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(
         BatchSpanProcessor(exporter, max_export_batch_size=64, schedule_delay_millis=20)
     )

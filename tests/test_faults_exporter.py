@@ -154,9 +154,9 @@ def test_shutdown_racing_an_export_waits_at_most_its_timeout(project, caplog):
     tally.lost("exporter", 1 - 1)
 
 
-def test_exports_from_many_threads_lose_nothing(project):
+def test_exports_from_many_threads_lose_nothing(project, tracer_provider):
     exporter = TrackioSpanExporter(project, name="threads")
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))  # export on each caller's thread
     tracer = provider.get_tracer("t")
     threads, per_thread = 8, 25

@@ -69,9 +69,11 @@ async def _one_sample(provider, step: int, index: int, n: int) -> None:
         await loop.run_in_executor(None, ctx.run, score, tag)
 
 
-def test_256_concurrent_asyncio_samples_land_as_256_traces_each_with_only_its_own(project):
+def test_256_concurrent_asyncio_samples_land_as_256_traces_each_with_only_its_own(
+    project, tracer_provider
+):
     exporter = TrackioSpanExporter(project=project, name="r")
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
 
     async def main() -> None:
@@ -113,9 +115,11 @@ def test_256_concurrent_asyncio_samples_land_as_256_traces_each_with_only_its_ow
     assert len(seen) == 256
 
 
-def test_samples_under_a_step_span_are_its_children_and_still_one_trace_each(project):
+def test_samples_under_a_step_span_are_its_children_and_still_one_trace_each(
+    project, tracer_provider
+):
     exporter = TrackioSpanExporter(project=project, name="r")
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("t")
 
@@ -134,9 +138,9 @@ def test_samples_under_a_step_span_are_its_children_and_still_one_trace_each(pro
         assert t["step"] == 7
 
 
-def test_validate_and_rollout_n_reach_the_metadata(project):
+def test_validate_and_rollout_n_reach_the_metadata(project, tracer_provider):
     exporter = TrackioSpanExporter(project=project, name="r")
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     with rollout(3, 5, rollout_n=2, validate=True, tracer_provider=provider, model="m"):
         pass
@@ -152,9 +156,9 @@ def test_validate_and_rollout_n_reach_the_metadata(project):
     assert "rollout_n" not in by_index["prompt-9"]
 
 
-def test_open_sample_is_registered_and_an_early_flush_keeps_its_identity(project):
+def test_open_sample_is_registered_and_an_early_flush_keeps_its_identity(project, tracer_provider):
     exporter = TrackioSpanExporter(project=project, name="r")
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     with rollout(11, 4, rollout_n=1, tracer_provider=provider) as root:
         ctx = root.get_span_context()

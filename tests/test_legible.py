@@ -255,9 +255,9 @@ def test_a_root_with_input_or_output_of_its_own_keeps_it(project):
 # -- order and noise -------------------------------------------------------------------------------
 
 
-def test_traces_of_a_step_are_logged_in_sample_order_whatever_the_types(project):
+def test_traces_of_a_step_are_logged_in_sample_order_whatever_the_types(project, tracer_provider):
     memory = InMemorySpanExporter()
-    source = TracerProvider()
+    source = tracer_provider
     source.add_span_processor(SimpleSpanProcessor(memory))
     tracer = source.get_tracer("t")
     identities = [(i, n) for i in (0, 1, 2, 10) for n in (1, 0)]

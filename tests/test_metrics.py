@@ -26,7 +26,6 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from trackio import context_vars
@@ -415,11 +414,10 @@ def test_exponential_histograms_via_preferred_aggregation(project):
 # -- step fallbacks and the shared run -----------------------------------------------------------
 
 
-def test_shared_run_with_the_span_exporter_and_its_steps(project):
+def test_shared_run_with_the_span_exporter_and_its_steps(project, tracer_provider):
     spans = TrackioSpanExporter(project=project, name="shared")
     metrics = TrackioMetricExporter(project=project, name="shared")
     assert metrics.run is spans.run
-    tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     tracer = tracer_provider.get_tracer("t")
     meters = _provider(metrics)

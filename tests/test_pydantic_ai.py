@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from conftest import read_traces, trace_usage
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -121,8 +120,10 @@ def test_versions_known():
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_pydantic_ai_conversation_per_instrumentation_version(project, version, instrument_all):
-    provider = TracerProvider()
+def test_pydantic_ai_conversation_per_instrumentation_version(
+    project, version, instrument_all, tracer_provider
+):
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(TrackioSpanExporter(project, name="r")))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # versions 2-4 are deprecated

@@ -236,7 +236,9 @@ def test_json_request_with_hex_ids_routes_by_resource_attributes(project, start_
     assert any(row.get("score") == 0.25 for row in read_logs(project, "r"))
 
 
-def test_bad_requests_get_their_status_and_nothing_else_in_flight_is_lost(project, start_receiver):
+def test_bad_requests_get_their_status_and_nothing_else_in_flight_is_lost(
+    project, start_receiver, tracer_provider
+):
     receiver = start_receiver(token="s3cret", max_body_bytes=256 * 1024)
     traces_url = receiver.url + "/v1/traces"
     good_exporter = OTLPSpanExporter(
@@ -244,7 +246,7 @@ def test_bad_requests_get_their_status_and_nothing_else_in_flight_is_lost(projec
         compression=Compression.Gzip,
         headers={"Authorization": "Bearer s3cret"},
     )
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(
         BatchSpanProcessor(good_exporter, max_export_batch_size=8, schedule_delay_millis=5)
     )

@@ -170,11 +170,13 @@ class _PublicOnlyRun:
         self._run.finish()
 
 
-def test_a_run_without_trackio_internals_stores_every_sample_and_says_what_is_lost(project, caplog):
+def test_a_run_without_trackio_internals_stores_every_sample_and_says_what_is_lost(
+    project, caplog, tracer_provider
+):
     real = trackio.init(project=project, name="public", resume="never")
     trackio_door._missing.reset()
     exporter = TrackioSpanExporter(run=_PublicOnlyRun(real))
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("t")
     with caplog.at_level(logging.WARNING, logger="otel_trackio"):

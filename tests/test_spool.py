@@ -180,12 +180,14 @@ def _offload_provider(
     return provider, exporter
 
 
-def test_a_hand_built_exporter_offloads_unless_the_variable_says_not_to(project, monkeypatch):
+def test_a_hand_built_exporter_offloads_unless_the_variable_says_not_to(
+    project, monkeypatch, tracer_provider
+):
     monkeypatch.delenv("OTEL_EXPORTER_TRACKIO_OFFLOAD")  # conftest turns the default off
     exporter = TrackioSpanExporter(project, "by-hand")
     assert exporter.settings.offload is True
     assert exporter.offloaded is not None
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(BatchSpanProcessor(exporter))
     _emit(provider, steps=1, samples=6)
     provider.shutdown()
@@ -475,7 +477,7 @@ def test_drain_command_logs_a_leftover_spool_without_serving(project, trackio_di
 
 
 def test_offloaded_log_events_join_their_samples_in_either_order_and_survive_a_writer_crash(
-    project,
+    project, tracer_provider
 ):
     from opentelemetry._logs import LogRecord
     from opentelemetry.sdk._logs import LoggerProvider
@@ -485,7 +487,6 @@ def test_offloaded_log_events_join_their_samples_in_either_order_and_survive_a_w
 
     spans = TrackioSpanExporter(project, "events", offload=True)
     logs = TrackioLogExporter(spans)  # the writer holds samples for their log events
-    tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     tracer = tracer_provider.get_tracer("t")
     recorded = InMemoryLogRecordExporter()

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 from conftest import read_traces, trace_usage
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_trackio import TrackioSpanExporter
@@ -239,7 +238,7 @@ def test_other_backends_run_verls_own_code(verl_tree, project, tmp_path):
     assert read_traces(project) == []  # nothing of ours in the suite's folder
 
 
-def test_drop_ins_for_a_custom_agent_loop(project):
+def test_drop_ins_for_a_custom_agent_loop(project, tracer_provider):
     """``from otel_trackio.verl import rollout_trace_attr, rollout_trace_op`` (no verl at all):
     verl's signatures, OTel spans to the provider in place."""
     import asyncio
@@ -263,7 +262,7 @@ def test_drop_ins_for_a_custom_agent_loop(project):
             return len(text)
 
     exporter = TrackioSpanExporter(project=project, name="r")
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     import otel_trackio.verl as module
 
@@ -300,7 +299,7 @@ def test_drop_ins_for_a_custom_agent_loop(project):
     assert agent["metadata"]["gen_ai.operation.name"] == "invoke_agent"
 
 
-def test_a_call_whose_result_cannot_be_recorded_still_returns_it(project):
+def test_a_call_whose_result_cannot_be_recorded_still_returns_it(project, tracer_provider):
     """Recording is best effort: the rollout gets its result and the span still ends."""
     import asyncio
 
@@ -317,7 +316,7 @@ def test_a_call_whose_result_cannot_be_recorded_still_returns_it(project):
             return Unreadable(), 0.0, {}
 
     exporter = TrackioSpanExporter(project=project, name="r")
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     import otel_trackio.verl as module
 

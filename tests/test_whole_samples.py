@@ -128,9 +128,9 @@ def test_without_a_grace_period_late_children_are_continuations_findable_by_root
         assert len(first["spans"]) + sum(len(t["spans"]) for t in rest) == 4
 
 
-def test_a_held_sample_is_logged_when_its_grace_ends_with_no_more_data(project):
+def test_a_held_sample_is_logged_when_its_grace_ends_with_no_more_data(project, tracer_provider):
     exporter = TrackioSpanExporter(project, "timer", sample_grace_seconds=0.3)
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("t")
     with tracer.start_as_current_span("rollout", attributes={"step": 2, "sample_index": 5}):
@@ -145,9 +145,9 @@ def test_a_held_sample_is_logged_when_its_grace_ends_with_no_more_data(project):
     assert len(read_traces(project, "timer")) == 1
 
 
-def test_an_idle_open_trace_is_logged_at_its_ttl_by_the_timer(project):
+def test_an_idle_open_trace_is_logged_at_its_ttl_by_the_timer(project, tracer_provider):
     exporter = TrackioSpanExporter(project, "ttl", sample_ttl_seconds=0.3)
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(TrackioSpanProcessor(exporter, schedule_delay_millis=50))
     tracer = provider.get_tracer("t")
     root = tracer.start_span("rollout", attributes={"step": 4, "sample_index": 9})
@@ -164,9 +164,9 @@ def test_an_idle_open_trace_is_logged_at_its_ttl_by_the_timer(project):
     provider.shutdown()
 
 
-def test_force_flush_logs_held_samples_at_once_whole(project):
+def test_force_flush_logs_held_samples_at_once_whole(project, tracer_provider):
     exporter = TrackioSpanExporter(project, "flush", sample_grace_seconds=60)
-    provider = TracerProvider()
+    provider = tracer_provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("t")
     for i in range(3):
@@ -190,9 +190,9 @@ def test_held_samples_count_against_the_span_buffer():
 
 
 @pytest.mark.parametrize("how", ["processor", "tracker"])
-def test_open_roots_started_with_the_plain_api_keep_their_identity(project, how):
+def test_open_roots_started_with_the_plain_api_keep_their_identity(project, how, tracer_provider):
     exporter = TrackioSpanExporter(project, how)
-    provider = TracerProvider()
+    provider = tracer_provider
     if how == "processor":
         provider.add_span_processor(TrackioSpanProcessor(exporter))
     else:  # what the zero-code setup adds beside the SDK's own BatchSpanProcessor

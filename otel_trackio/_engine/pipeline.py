@@ -10,56 +10,33 @@ the spans its storage already holds;
 A timer thread does the same for samples whose grace period or TTL ends while no data comes. The
 in-process :class:`~otel_trackio.TrackioSpanExporter` (with
 :class:`~otel_trackio.TrackioLogExporter` beside it) and the OTLP receiver both feed one.
+
+Its parts, one job each: :mod:`.gate` (the lock and the log events' inbox), :mod:`.expiry` (the
+timer), :mod:`.batches` (conversion, one batch per step in sample order), :mod:`.writes` (what
+is kept until storage holds it, the relog after a failed write, the bound), :mod:`.outcome_tables`
+(each step's outcome table) and :mod:`.grace` (how long a sample waits).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from otel_trackio._core.assembly import SampleAssembler
-from otel_trackio._core.convert import TraceDict, bare_trace, sample_to_trace
-from otel_trackio._core.outcomes import StepTables, outcome_row
 from otel_trackio._core.records import LogEventRecord, SpanRecord
-from otel_trackio._core.samples import OpenSampleLookup, Sample, StepMemory, missing_spans
-from otel_trackio._core.values import as_float
+from otel_trackio._core.samples import OpenSampleLookup, Sample, StepMemory
 from otel_trackio._engine import steps as _steps
+from otel_trackio._engine.batches import Converter, by_step
+from otel_trackio._engine.expiry import ExpiryTimer
+from otel_trackio._engine.gate import Gate
 from otel_trackio._engine.grace import GracePolicy
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
-from otel_trackio._engine.sink import TrackioSink, stored_span_ids
+from otel_trackio._engine.outcome_tables import OutcomeTables
+from otel_trackio._engine.sink import TrackioSink
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._engine.writes import WriteLedger
 from otel_trackio.settings import TrackioSettings
-
-_logger = logging.getLogger("otel_trackio")
-
-
-def _order_key(value: Any) -> tuple[int, float, str]:
-    """Numbers (and strings of numbers) first, by value; then other values, by text; None last."""
-    if value is None:
-        return (2, 0.0, "")
-    number = as_float(value)
-    if number is not None:
-        return (0, number, "")
-    return (1, 0.0, str(value))
-
-
-def sample_order(sample: Sample) -> tuple[tuple[int, float, str], tuple[int, float, str]]:
-    """Sort key of a sample within its step: (``sample_index``, ``rollout_n``), any types."""
-    return (_order_key(sample.identity.sample_index), _order_key(sample.identity.rollout_n))
-
-
-@dataclass(slots=True)
-class _Unwritten:
-    """A sample handed to ``run.log`` whose write to storage has not succeeded yet."""
-
-    sample: Sample
-    trace: TraceDict
 
 
 class TracePipeline:
@@ -98,27 +75,25 @@ class TracePipeline:
             clock=clock,
         )
         self.stats = ExportStats()
-        self._clock = clock
-        self._lock = threading.Lock()
         self._closed = False
-        # GenAI log events handed over while the lock was taken: the holder takes them before
-        # it lets go (see add_events and _unlock).
-        self._inbox: deque[LogEventRecord] = deque()
-        # The expiry timer: runs while something is held or open, sleeps until it is due.
-        self._timer: threading.Thread | None = None
-        self._timer_due: float | None = None
-        self._wake = threading.Event()
+        self._gate = Gate()
+        self._lock = self._gate.lock
+        self._timer = ExpiryTimer(
+            acquire=self._lock.acquire,
+            release=self._unlock,
+            next_due=lambda: None if self._closed else self.assembler.next_due(),
+            expire=self.expire,
+            clock=clock,
+        )
         # A spool drainer's check of replayed samples against Trackio's storage: the sample
         # to log (maybe only its spans not stored yet), or None when it is stored already.
         self.stored_filter: Callable[[Sample], Sample | None] | None = None
         self._warn = Warnings(every_seconds=10.0)
-        # Samples handed to run.log since storage was last written, kept until it is; after a
-        # failure Trackio reported, they are logged again (minus what its storage holds).
-        self._unwritten: list[_Unwritten] = []
-        self._log_again = False
-        self._failing_since: float | None = None
+        self._convert = Converter(settings, self.stats, self._warn)
+        self._writes = WriteLedger(settings, sink, self.stats, self._warn, self._convert)
         self.write_timeout_seconds = 30.0
-        self.tables = StepTables(_order_key)  # each step's outcome rows, until it is over
+        self._outcomes = OutcomeTables(settings, sink, self._warn)
+        self.tables = self._outcomes.tables  # each step's outcome rows, until it is over
         # The steps Traces were logged at (for the summary's "steps covered").
         self._steps_logged: set[int] = set()
 
@@ -151,8 +126,7 @@ class TracePipeline:
         """
         if self._closed:
             return False
-        self._inbox.extend(events)
-        blocking = len(self._inbox) > self.settings.max_buffered_spans
+        blocking = self._gate.hand_over(events) > self.settings.max_buffered_spans
         return self._take(list, "log events", timeout_seconds, blocking=blocking)
 
     def expect_log_events(self) -> None:
@@ -181,9 +155,7 @@ class TracePipeline:
         if not blocking:
             if not self._lock.acquire(blocking=False):
                 return True
-        elif timeout_seconds is None:
-            self._lock.acquire()
-        elif not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
+        elif not self._gate.acquire(timeout_seconds):
             self.stats.failed_exports += 1
             self._warn("busy", f"exporter busy for {timeout_seconds}s; {what} lost")
             return False
@@ -207,9 +179,7 @@ class TracePipeline:
 
     def _drain(self) -> list[Sample]:
         """Give the inbox's log events to the assembler (lock held); the samples now due."""
-        events: list[LogEventRecord] = []
-        while self._inbox:
-            events.append(self._inbox.popleft())
+        events: list[LogEventRecord] = self._gate.take_inbox()
         if not events:
             return []
         self.stats.log_events_received += len(events)
@@ -218,18 +188,18 @@ class TracePipeline:
     def _unlock(self) -> None:
         """Release the lock. Log events handed over while it was held (their ``add_events``
         found it taken) are taken first, so none waits for the next export."""
-        while True:
-            self._lock.release()
-            if self._closed or not self._inbox or not self._lock.acquire(blocking=False):
-                return
-            try:
-                logged = self._log(self._drain())
-                self._schedule()
-                if not (self._write(self.write_timeout_seconds) and logged):
-                    self.stats.failed_exports += 1
-            except Exception as exc:  # noqa: BLE001 - never fail the caller that let go
+        self._gate.release(closed=lambda: self._closed, take=self._take_inbox)
+
+    def _take_inbox(self) -> None:
+        """Log and write what the inbox's log events make due (lock held, at a release)."""
+        try:
+            logged = self._log(self._drain())
+            self._schedule()
+            if not (self._write(self.write_timeout_seconds) and logged):
                 self.stats.failed_exports += 1
-                self._warn("export", f"taking log events failed: {exc!r}")
+        except Exception as exc:  # noqa: BLE001 - never fail the caller that let go
+            self.stats.failed_exports += 1
+            self._warn("export", f"taking log events failed: {exc!r}")
 
     def flush(self, timeout_seconds: float = 30.0, open_spans: Iterable[SpanRecord] = ()) -> bool:
         """Log every open sample now (held ones whole, the rest as partial), durably;
@@ -258,11 +228,11 @@ class TracePipeline:
             if self._closed:
                 return
             self._closed = True
-            self._wake.set()  # the timer sees the flag and ends
+            self._timer.wake()  # the timer sees the flag and ends
             if acquired and flush:
                 self._flush_all(timeout_seconds, open_spans)
             elif acquired:
-                self._log_tables(flush=True)
+                self._outcomes.log(flush=True)
                 self._write(timeout_seconds)
             else:
                 self._warn(
@@ -270,18 +240,18 @@ class TracePipeline:
                     "shutdown timed out waiting for an export; "
                     f"{self.assembler.buffered_spans} open spans lost",
                 )
-            if acquired and self._unwritten and flush:
+            if acquired and self._writes and flush:
                 # In process nothing keeps them past this point.
-                self.stats.samples_lost += len(self._unwritten)
+                self.stats.samples_lost += len(self._writes)
                 self._warn(
                     "shutdown-lost",
-                    f"shutdown: Trackio's storage still fails; {len(self._unwritten)} samples "
+                    f"shutdown: Trackio's storage still fails; {len(self._writes)} samples "
                     f"lost ({self.stats.samples_lost} samples lost in all)",
                 )
-            elif acquired and self._unwritten:
+            elif acquired and self._writes:
                 self._warn(
                     "shutdown-kept",
-                    f"shutdown: Trackio's storage still fails; {len(self._unwritten)} samples "
+                    f"shutdown: Trackio's storage still fails; {len(self._writes)} samples "
                     "not stored stay in the spool for the next start",
                 )
         finally:
@@ -297,12 +267,12 @@ class TracePipeline:
     @property
     def unwritten_samples(self) -> int:
         """Samples logged but not yet written to storage (a failed or timed-out write)."""
-        return len(self._unwritten)
+        return len(self._writes)
 
     @property
     def failing_since(self) -> float | None:
         """When (monotonic) writes to storage started failing; None while they succeed."""
-        return self._failing_since
+        return self._writes.failing_since
 
     def retry_writes(self, timeout_seconds: float | None = None) -> bool:
         """Try again to write what a failed or timed-out write left (True: nothing is left).
@@ -327,37 +297,8 @@ class TracePipeline:
 
     def _schedule(self) -> None:
         """Make sure the timer wakes when the assembler next has something due (lock held)."""
-        due = self.assembler.next_due()
-        if due is None or self._closed:
-            return
-        if self._timer is None:
-            self._timer_due = due
-            self._timer = threading.Thread(
-                target=self._run_timer, name="otel-trackio-expiry", daemon=True
-            )
-            self._timer.start()
-        elif self._timer_due is None or due < self._timer_due:
-            self._timer_due = due
-            self._wake.set()
-
-    def _run_timer(self) -> None:
-        """Log samples whose grace period or TTL ended, when they end, even if no data comes."""
-        while True:
-            self._lock.acquire()
-            try:
-                due = None if self._closed else self.assembler.next_due()
-                if due is None:
-                    self._timer = self._timer_due = None
-                    return
-                self._timer_due = due
-                self._wake.clear()
-            finally:
-                self._unlock()
-            delay = due - self._clock()
-            if delay > 0:
-                self._wake.wait(delay)
-                continue  # woken early (a nearer due time, or closing): look again
-            self.expire()
+        if not self._closed:
+            self._timer.schedule(self.assembler.next_due())
 
     def expire(self, timeout_seconds: float = 30.0) -> bool:
         """Log, durably, the held samples whose grace period ended and the traces idle past the
@@ -386,7 +327,7 @@ class TracePipeline:
         except Exception as exc:  # noqa: BLE001
             self._warn("flush", f"flushing open samples failed: {exc!r}")
             logged = False
-        self._log_tables(flush=True)
+        self._outcomes.log(flush=True)
         return self._write(timeout_seconds) and logged
 
     def _log(self, samples: list[Sample]) -> bool:
@@ -394,19 +335,12 @@ class TracePipeline:
         (those samples are counted lost)."""
         if not samples:
             return True
-        by_step: dict[int, list[tuple[Sample, TraceDict]]] = {}
-        evicted = 0
         if self.stored_filter is not None:
             fresh = [kept for kept in map(self.stored_filter, samples) if kept is not None]
             self.stats.already_stored += len(samples) - len(fresh)
             samples = fresh
-        for sample in samples:
-            by_step.setdefault(sample.identity.step, []).append((sample, self._convert(sample)))
-            # Hand the GIL over between samples: a rollout thread waking from a model call
-            # would otherwise wait up to the interpreter's 5 ms switch interval for it.
-            time.sleep(0)
-            if sample.identity.partial_reason == "capacity":
-                evicted += 1
+        batches = by_step(samples, self._convert)
+        evicted = sum(1 for sample in samples if sample.identity.partial_reason == "capacity")
         if evicted:
             self.stats.evicted_samples += evicted
             self._warn(
@@ -415,16 +349,15 @@ class TracePipeline:
                 f"logged early as partial ({self.stats.evicted_samples} so far)",
             )
         ok = True
-        for step, converted in by_step.items():
+        for step, converted in batches.items():
             # In sample order: Trackio numbers a log call's Traces (the ``:N`` chip) as listed.
-            converted.sort(key=lambda pair: sample_order(pair[0]))
             traces = [trace for _, trace in converted]
-            self._unwritten.extend(_Unwritten(sample, trace) for sample, trace in converted)
+            self._writes.keep(converted)
             try:
                 self.sink.log_traces(self.settings.key, traces, step)
             except Exception as exc:  # noqa: BLE001
                 self.stats.failed_exports += 1
-                self._log_again = True  # kept: logged again with the next write
+                self._writes.log_failed()  # kept: logged again with the next write
                 self._warn(
                     "log",
                     f"trackio log at step {step} failed: {exc!r}; {len(traces)} samples kept "
@@ -436,140 +369,14 @@ class TracePipeline:
             self.stats.logged_at(step, step not in self._steps_logged)
             self._steps_logged.add(step)
             _steps.note_step(step)  # the metric exporters' fallback step
-            self._note_outcomes(step, traces)
-        self._log_tables(flush=False)
+            self._outcomes.note(step, traces)
+        self._outcomes.log(flush=False)
         return ok
 
-    def _note_outcomes(self, step: int, traces: list[TraceDict]) -> None:
-        """Keep the outcome rows of a step's logged Traces for its table."""
-        if self.settings.outcome_table_key is not None:
-            names = self.settings.outcome_attributes
-            self.tables.add(step, [outcome_row(trace, names) for trace in traces])
-
-    def _log_tables(self, *, flush: bool) -> None:
-        """Log the outcome table of each step that is over (of every step, at a flush). A
-        table that cannot be logged is warned about: the Traces it sums up are stored."""
-        key = self.settings.outcome_table_key
-        for step, rows in self.tables.take_all() if flush else self.tables.due():
-            if key is None:
-                continue
-            try:
-                self.sink.log_table(key, rows, step)
-            except Exception as exc:  # noqa: BLE001
-                self._warn("table", f"the outcome table of step {step} was not logged: {exc!r}")
-
-    def _convert(self, sample: Sample) -> TraceDict:
-        try:
-            return sample_to_trace(sample, self.settings)
-        except Exception as exc:  # noqa: BLE001 - a bad span must not cost the sample
-            self.stats.conversion_errors += 1
-            self._warn("convert", f"could not convert a sample fully, logged it bare: {exc!r}")
-            return bare_trace(sample, repr(exc))
-
     def _write(self, timeout_seconds: float) -> bool:
-        """Make what was logged durable in Trackio's storage (lock held). On success the
-        samples count as logged. A failed or timed-out write keeps them for the next write
-        (warned, repeatedly, with how many wait and for how long): after a failure Trackio
-        reported (it dropped the batch), they are first looked up in its storage and logged
-        again, minus the spans stored already."""
-        if not self._unwritten:
-            return True
-        failures = ""
-        try:
-            ok, failures = self._flush_sink(timeout_seconds)
-            if ok and self._log_again:
-                ok = self._relog()
-                if ok:
-                    ok, failures = self._flush_sink(timeout_seconds)
-        except Exception as exc:  # noqa: BLE001 - flushing must not crash the user's program
-            ok, failures = False, repr(exc)
-            self._log_again = True
-        if ok:
-            written = self._unwritten
-            self._unwritten = []
-            self._log_again = False
-            self.stats.samples_logged += len(written)
-            self.stats.partial_samples += sum(1 for u in written if u.sample.identity.partial)
-            if self._failing_since is not None:
-                _logger.warning(
-                    "otel-trackio: Trackio's storage takes writes again after %.0f s; "
-                    "%d samples kept meanwhile are stored",
-                    time.monotonic() - self._failing_since,
-                    len(written),
-                )
-                self._failing_since = None
-            return True
-        if self._failing_since is None:
-            self._failing_since = time.monotonic()
-        self.stats.failed_writes += 1
-        self.stats.failed_exports += 1
-        self._drop_past_bound()
-        self._warn(
-            "storage",
-            f"Trackio could not write to its storage ({failures or 'timed out'}) for "
-            f"{time.monotonic() - self._failing_since:.0f} s; {len(self._unwritten)} samples "
-            "kept and retried (nothing acknowledged is given up; "
-            f"{self.stats.samples_logged} stored so far)",
-        )
-        return False
-
-    def _flush_sink(self, timeout_seconds: float) -> tuple[bool, str]:
-        """(the sink's flush succeeded, what failed). A failure Trackio reported means it
-        dropped what it was writing: log it again next time."""
-        if self.sink.flush(max(0.0, timeout_seconds)):
-            return True, ""
-        failures = ", ".join(sorted(self.sink.last_failures))
-        if failures:
-            self._log_again = True
-        return False, failures or "timed out"
-
-    def _relog(self) -> bool:
-        """Log again the kept samples Trackio dropped, minus the spans its storage holds
-        (False when storage cannot be read now: tried again later)."""
-        by_step: dict[int, list[_Unwritten]] = {}
-        for kept in self._unwritten:
-            by_step.setdefault(kept.sample.identity.step, []).append(kept)
-        again: list[_Unwritten] = []
-        stored_now: list[_Unwritten] = []
-        for step, kept_at_step in by_step.items():
-            stored = stored_span_ids(self.sink, self.settings.key, step)
-            if stored is None:
-                return False
-            to_log: list[_Unwritten] = []
-            for kept in kept_at_step:
-                remaining = missing_spans(kept.sample, stored)
-                if remaining is None:
-                    stored_now.append(kept)
-                elif remaining is kept.sample:
-                    to_log.append(kept)
-                else:
-                    to_log.append(_Unwritten(remaining, self._convert(remaining)))
-            if to_log:
-                to_log.sort(key=lambda kept: sample_order(kept.sample))
-                self.sink.log_traces(self.settings.key, [k.trace for k in to_log], step)
-                self.stats.log_calls += 1
-                self.stats.samples_retried += len(to_log)
-            again.extend(to_log)
-        self._unwritten = stored_now + again
-        self._log_again = False
-        return True
-
-    def _drop_past_bound(self) -> None:
-        """In process, where nothing else keeps them: past ``max_buffered_spans`` spans of kept
-        samples, the oldest are given up (counted lost and warned)."""
-        bound = self.settings.max_buffered_spans
-        held = sum(len(kept.sample.spans) for kept in self._unwritten)
-        dropped = 0
-        while self._unwritten and held > bound:
-            held -= len(self._unwritten.pop(0).sample.spans)
-            dropped += 1
-        if dropped:
-            self.stats.samples_lost += dropped
-            self._warn(
-                "lost",
-                f"Trackio's storage failing: {dropped} samples given up past the bound of "
-                f"{bound} kept spans ({self.stats.samples_lost} lost so far)",
-            )
+        """Make what was logged durable in Trackio's storage (lock held; see
+        :meth:`WriteLedger.write`)."""
+        return self._writes.write(timeout_seconds)
 
     def buffered_items(self) -> list[object]:
         """Every span record and GenAI event record waiting here: spans buffered for a root
@@ -579,12 +386,12 @@ class TracePipeline:
         try:
             items: list[object] = []
             records = list(self.assembler.records())
-            records.extend(span for kept in self._unwritten for span in kept.sample.spans)
+            records.extend(self._writes.spans())
             for record in records:
                 items.append(record)
                 items.extend(record.events)
             items.extend(event.event for event in self.assembler.waiting_events())
-            items.extend(event.event for event in self._inbox)
+            items.extend(event.event for event in self._gate.inbox)
             return items
         finally:
             self._unlock()

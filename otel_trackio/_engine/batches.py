@@ -1,0 +1,65 @@
+"""Batching: the order of a step's samples, and their conversion to Trace dicts.
+
+One ``run.log`` per step lists its Traces in sample order (Trackio numbers them, the ``:N`` chip,
+as listed); a sample that cannot be converted fully is logged bare rather than lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from otel_trackio._core.convert import TraceDict, bare_trace, sample_to_trace
+from otel_trackio._core.samples import Sample
+from otel_trackio._core.values import as_float
+from otel_trackio._engine.stats import ExportStats
+from otel_trackio._engine.warn import Warnings
+from otel_trackio.settings import TrackioSettings
+
+
+def order_key(value: Any) -> tuple[int, float, str]:
+    """Numbers (and strings of numbers) first, by value; then other values, by text; None last."""
+    if value is None:
+        return (2, 0.0, "")
+    number = as_float(value)
+    if number is not None:
+        return (0, number, "")
+    return (1, 0.0, str(value))
+
+
+def sample_order(sample: Sample) -> tuple[tuple[int, float, str], tuple[int, float, str]]:
+    """Sort key of a sample within its step: (``sample_index``, ``rollout_n``), any types."""
+    return (order_key(sample.identity.sample_index), order_key(sample.identity.rollout_n))
+
+
+class Converter:
+    """Sample → Trace dict; a sample that fails to convert is logged bare (counted, warned)."""
+
+    def __init__(self, settings: TrackioSettings, stats: ExportStats, warn: Warnings) -> None:
+        self._settings = settings
+        self._stats = stats
+        self._warn = warn
+
+    def __call__(self, sample: Sample) -> TraceDict:
+        try:
+            return sample_to_trace(sample, self._settings)
+        except Exception as exc:  # noqa: BLE001 - a bad span must not cost the sample
+            self._stats.conversion_errors += 1
+            self._warn("convert", f"could not convert a sample fully, logged it bare: {exc!r}")
+            return bare_trace(sample, repr(exc))
+
+
+def by_step(
+    samples: Iterable[Sample], convert: Callable[[Sample], TraceDict]
+) -> dict[int, list[tuple[Sample, TraceDict]]]:
+    """Each step's samples with their Trace dicts, in sample order within a step."""
+    steps: dict[int, list[tuple[Sample, TraceDict]]] = {}
+    for sample in samples:
+        steps.setdefault(sample.identity.step, []).append((sample, convert(sample)))
+        # Hand the GIL over between samples: a rollout thread waking from a model call
+        # would otherwise wait up to the interpreter's 5 ms switch interval for it.
+        time.sleep(0)
+    for converted in steps.values():
+        converted.sort(key=lambda pair: sample_order(pair[0]))
+    return steps
