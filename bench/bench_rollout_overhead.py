@@ -16,59 +16,87 @@ Two workloads:
 * **with model latency** — each model call waits ``--latency-ms`` (as a rollout waits for its
   inference server; the GIL is free meanwhile), the shape of a real RL rollout.
 
-Arms alternate for ``--rounds`` rounds; a figure is the median of the rounds' ratios (each round's
-Trackio arm over its own no-op arm). The last line printed is the figure.
+Each arm runs in a fresh process (what a rollout process is: the no-op arm never imports
+Trackio, and with ``offload=True`` — the exporter's default — neither does the Trackio arm; the
+writer process does). Arms alternate for ``--rounds`` rounds; a figure is the median of the
+rounds' ratios (each round's Trackio arm over its own no-op arm). The last line printed is the
+figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-from otel_trackio import TrackioSpanExporter
 
 STORM_TARGET = 1.15
 LATENCY_TARGET = 1.02
 OTLP_TARGET = 1.10
 
 
-def run_arm(
-    samples: int, trackio: bool, latency: float, receiver: w.Receiver | None = None
-) -> tuple[float, float, int]:
-    """(rollout seconds, drain seconds at shutdown, spans the exporter received)."""
-    if receiver is not None:
+def arm_in_this_process(samples: int, arm: str, latency: float, port: int) -> dict[str, float]:
+    """One arm, in this (fresh) process: a warm-up of 200 samples, then the timed rollout.
+    Returns rollout seconds, drain seconds at shutdown, and the spans the exporter received
+    (Trackio arm: the samples stored, counted in Trackio's storage)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    name = uuid.uuid4().hex[:8]
+    exporter: object
+    if arm == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        exporter = OTLPSpanExporter(
-            endpoint=f"http://127.0.0.1:{receiver.port}/v1/traces", timeout=120
-        )
-    elif trackio:
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=120)
+    elif arm == "trackio":
+        from otel_trackio import TrackioSpanExporter
+
         with w.quiet_stdout():
-            exporter = TrackioSpanExporter(project="bench-rollout", name=uuid.uuid4().hex[:8])
+            exporter = TrackioSpanExporter(project="bench-rollout", name=name)
     else:
         exporter = w.NoOpSpanExporter()
     spans = samples * w.SPANS_PER_SAMPLE
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=max(2048, spans)))
+    processor = BatchSpanProcessor(exporter, max_queue_size=max(2048, spans))  # type: ignore[arg-type]
+    provider.add_span_processor(processor)
     tracer = provider.get_tracer("bench")
+    w.emit_workload(tracer, 200, first=samples, model_latency=latency)  # warm up
+    with w.quiet_stdout():
+        provider.force_flush(timeout_millis=600_000)
     rollout = w.timed(lambda: w.emit_workload(tracer, samples, model_latency=latency))
     with w.quiet_stdout():
         provider.force_flush(timeout_millis=600_000)
         drain = w.timed(provider.shutdown)
-    if receiver is not None:
+    if arm == "otlp":
         received = spans  # counted on the receiver side: every Trace is checked by figure 6
+    elif arm == "trackio":
+        stored = w.count_traces("bench-rollout", name) - 200  # minus the warm-up
+        received = stored * w.SPANS_PER_SAMPLE
     else:
-        received = exporter.stats.spans_received if trackio else exporter.spans
-    return rollout, drain, received
+        received = exporter.spans  # type: ignore[attr-defined]
+    w.cleanup()
+    return {"rollout": rollout, "drain": drain, "received": received}
+
+
+def run_arm(samples: int, arm: str, latency: float, port: int = 0) -> tuple[float, float, int]:
+    """(rollout seconds, drain seconds at shutdown, spans received) of one arm in a fresh
+    process."""
+    command = [sys.executable, os.path.abspath(__file__), "--arm", arm]
+    command += ["--samples", str(samples), "--latency-ms", str(latency * 1000), "--port", str(port)]
+    env = dict(os.environ, TRACKIO_DISABLE_TELEMETRY="1")
+    env.pop("TRACKIO_DIR", None)  # the child makes its own
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"arm {arm} failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result["rollout"], result["drain"], int(result["received"])
 
 
 def measure(
@@ -87,9 +115,9 @@ def measure(
     for r in range(rounds):
         this_round: dict[str, float] = {}
         for arm in ("noop", "trackio") if r % 2 == 0 else ("trackio", "noop"):
-            rollout, drain, received = run_arm(
-                samples, arm == "trackio", latency, receiver if arm == "trackio" else None
-            )
+            kind = "otlp" if receiver is not None and arm == "trackio" else arm
+            port = receiver.port if receiver is not None else 0
+            rollout, drain, received = run_arm(samples, kind, latency, port)
             this_round[arm] = rollout
             walls[arm].append(rollout)
             lost = max(lost, spans - received)
@@ -115,10 +143,14 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--latency-ms", type=float, default=2.0)
+    parser.add_argument("--arm", help=argparse.SUPPRESS)  # one arm, in this process
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.arm:
+        result = arm_in_this_process(args.samples, args.arm, args.latency_ms / 1000, args.port)
+        print(json.dumps(result))
+        return
 
-    run_arm(200, True, 0.0)  # warm imports and caches
-    run_arm(200, False, 0.0)
     storm, storm_lost = measure(args.samples, args.rounds, 0.0, "span storm")
     latency = args.latency_ms / 1000
     paced, paced_lost = measure(args.samples, args.rounds, latency, "with model latency")

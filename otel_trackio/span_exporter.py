@@ -73,6 +73,7 @@ class TrackioSpanExporter(SpanExporter):
         *,
         run: RunLike | None = None,
         settings: TrackioSettings | None = None,
+        _sink: TrackioSink | None = None,  # configure(): a holder of the run it holds
         **options: Any,
     ) -> None:
         settings = with_offload_resolved(settings_for(project, name, settings, options))
@@ -89,13 +90,23 @@ class TrackioSpanExporter(SpanExporter):
         self._engine: RunEngine | None = None
         # In process: the run engine's span pipeline; with offload: None (the writer has it).
         self._pipeline: TracePipeline | None = None
-        self._sink = TrackioSink(
-            settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
+        why_not = portable(settings) if settings.offload else None
+        # With offload the writer process opens the run, unless this process already has it.
+        self._sink = _sink or TrackioSink(
+            settings.project,
+            settings.name,
+            run=run,
+            init_kwargs=settings.init_kwargs,
+            defer=bool(settings.offload) and why_not is None,
         )
         if settings.offload:
-            why_not = _why_not_offload(settings, self._sink)
+            why_not = why_not or _why_not_offload(settings, self._sink)
             if why_not is None:
-                self._offload = OffloadClient(settings, self._sink)
+                try:
+                    self._offload = OffloadClient(settings, self._sink)
+                except BaseException:
+                    self._sink.release()
+                    raise
             else:  # said whether asked for or the default: in process costs the rollout more
                 _logger.warning(
                     "otel-trackio: exporting spans in this process, not through an offload "
@@ -115,7 +126,9 @@ class TrackioSpanExporter(SpanExporter):
 
     @property
     def run(self) -> RunLike:
-        """The ``trackio.Run`` this exporter logs into."""
+        """The ``trackio.Run`` this exporter logs into. With offload the writer process opened
+        it: asking for it opens it in this process too (importing Trackio), joined to the same
+        run — to log your own values to it."""
         return self._sink.run
 
     @property
@@ -221,8 +234,9 @@ class TrackioSpanExporter(SpanExporter):
 
 
 def _why_not_offload(settings: TrackioSettings, sink: TrackioSink) -> str | None:
-    """Why spans cannot go to a writer process (None when they can)."""
-    why_not = portable(settings)
-    if why_not is None and is_remote(sink.run) and not (settings.server_url or settings.space_id):
-        why_not = "the run logs to a Trackio server that the settings do not name"
-    return why_not
+    """Why spans of this run cannot go to a writer process (None when they can): a run held
+    here that logs to a server the settings do not name (the writer could not reach it)."""
+    named = settings.server_url or settings.space_id
+    if sink.opened and is_remote(sink.run) and not named:
+        return "the run logs to a Trackio server that the settings do not name"
+    return None

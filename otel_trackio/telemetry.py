@@ -40,6 +40,8 @@ from opentelemetry.util.types import Attributes
 
 from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink
+from otel_trackio._offload.client import OffloadClient, portable
+from otel_trackio._offload.metric_exporter import SpooledMetricExporter
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
 from otel_trackio.sampling import StepSampler, step_sampler
@@ -290,7 +292,7 @@ class TrackioTelemetry:
         span_processor: BatchSpanProcessor,
         log_exporter: TrackioLogExporter | None,
         log_processor: BatchLogRecordProcessor | None,
-        metric_exporter: TrackioMetricExporter | None,
+        metric_exporter: MetricExporter | None,
         sampler: Sampler | None,
         request: _Request,
     ) -> None:
@@ -308,8 +310,16 @@ class TrackioTelemetry:
 
     @property
     def run(self) -> RunLike:
-        """The ``trackio.Run`` spans and metrics go to (log your own metrics to it too)."""
+        """The ``trackio.Run`` spans and metrics go to (log your own metrics to it too). With
+        offload the writer process opened it; asking for it opens it here too (importing
+        Trackio), joined to the same run."""
         return self._sink.run
+
+    @property
+    def _metrics_spooled(self) -> bool:
+        """Metrics go through the offload spool: they must be handed over before the spans'
+        flush or close entry, which the writer serves in order."""
+        return isinstance(self.metric_exporter, SpooledMetricExporter)
 
     @property
     def settings(self) -> TrackioSettings:
@@ -349,9 +359,12 @@ class TrackioTelemetry:
         if self._log_processor is not None:  # log events first: they join spans still open
             ok = self._log_processor.force_flush(timeout_millis)
         ok = self._span_processor.force_flush(timeout_millis) and ok
+        reader = self._installed.reader if self.metric_exporter is not None else None
+        if reader is not None and self._metrics_spooled:  # spooled before the flush entry
+            ok = reader.force_flush(timeout_millis) and ok
         ok = self.span_exporter.force_flush(timeout_millis) and ok
-        if self.metric_exporter is not None and self._installed.reader is not None:
-            ok = self._installed.reader.force_flush(timeout_millis) and ok
+        if reader is not None and not self._metrics_spooled:  # after spans: their latest step
+            ok = reader.force_flush(timeout_millis) and ok
         return ok
 
     def shutdown(self, timeout_millis: int = 30000) -> None:
@@ -374,9 +387,20 @@ class TrackioTelemetry:
                 self._log_processor.shutdown()  # type: ignore[no-untyped-call]  # drains, then shuts down
             if installed.span_switch.target is self._span_processor:
                 installed.span_switch.target = None
+            metrics_flushed = False
+            if self._metrics_spooled and installed.reader is not None:
+                # Spooled metrics must precede the spool's close entry: the spans' processor
+                # is drained first (their steps), then the last metrics, then the spool closed.
+                self._span_processor.force_flush(timeout_millis)
+                installed.reader.force_flush(timeout_millis)
+                metrics_flushed = True
             self._span_processor.shutdown()  # type: ignore[no-untyped-call]  # drains, then shuts down
             if self.metric_exporter is not None:
-                if installed.reader is not None and installed.metric_switch.target is not None:
+                if (
+                    installed.reader is not None
+                    and installed.metric_switch.target is not None
+                    and not metrics_flushed
+                ):
                     installed.reader.force_flush(timeout_millis)
                 if installed.metric_switch.target is self.metric_exporter:
                     installed.metric_switch.target = None
@@ -473,12 +497,17 @@ def configure(
             )
             previous.shutdown()
 
-        sink = TrackioSink(chosen.project, chosen.name, run=run, init_kwargs=chosen.init_kwargs)
+        # With offload the writer process opens the run (this process never imports Trackio),
+        # unless it is given or active here.
+        defer = bool(chosen.offload) and portable(chosen) is None
+        sink = TrackioSink(
+            chosen.project, chosen.name, run=run, init_kwargs=chosen.init_kwargs, defer=defer
+        )
         try:
             if _installed is None:
                 _installed = _Installed(resource, metric_export_interval_millis)
             installed = _installed
-            span_exporter = TrackioSpanExporter(run=sink.run, settings=chosen)
+            span_exporter = TrackioSpanExporter(settings=chosen, _sink=sink.share())
             # A deep queue: a burst of spans faster than Trackio writes waits instead of being
             # dropped by the SDK (64k spans is a few tens of MB at most).
             processor = TrackioSpanProcessor(span_exporter, max_queue_size=_SPAN_QUEUE_SIZE)
@@ -492,11 +521,14 @@ def configure(
                 if log_exporter is not None
                 else None
             )
-            metric_exporter = (
-                TrackioMetricExporter(run=sink.run, settings=chosen)
-                if metrics and installed.reader is not None
-                else None
-            )
+            metric_exporter: MetricExporter | None = None
+            if metrics and installed.reader is not None:
+                offload = span_exporter.offloaded
+                if isinstance(offload, OffloadClient) and not sink.opened:
+                    # Metrics follow the run: to the writer process that holds it.
+                    metric_exporter = SpooledMetricExporter(offload)
+                else:
+                    metric_exporter = TrackioMetricExporter(run=sink.run, settings=chosen)
             sampler: Sampler | None = None
             if chosen.max_samples_per_step is not None:
                 sampler = step_sampler(chosen)

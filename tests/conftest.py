@@ -10,8 +10,16 @@ import os
 import tempfile
 import uuid
 
-_TRACKIO_DIR = tempfile.mkdtemp(prefix="otel-trackio-tests-")
-os.environ["TRACKIO_DIR"] = _TRACKIO_DIR
+# A child process of the test session that imports a test module (and so this one) keeps the
+# TRACKIO_DIR it was given: otel-trackio reads the variable when an exporter is built, not when
+# Trackio happens to be imported.
+_SESSION = "OTEL_TRACKIO_TEST_SESSION"
+if os.environ.get(_SESSION) and os.environ.get("TRACKIO_DIR"):
+    _TRACKIO_DIR = os.environ["TRACKIO_DIR"]
+else:
+    _TRACKIO_DIR = tempfile.mkdtemp(prefix="otel-trackio-tests-")
+    os.environ["TRACKIO_DIR"] = _TRACKIO_DIR
+    os.environ[_SESSION] = "1"
 os.environ.setdefault("TRACKIO_DISABLE_TELEMETRY", "1")
 # Exporters offload by default; most tests look at the engine in this process (the offload tests
 # ask for offload=True, and the default itself is tested with this variable removed).

@@ -41,7 +41,8 @@ Transport = Literal["process", "offload", "receiver"]
 the offload writer process, or from other processes through the OTLP receiver."""
 
 MetricDecoder = Callable[[bytes], Iterable["MetricsData"]]
-"""Turns a serialised metrics request (a spool entry) into SDK ``MetricsData``."""
+"""Turns a spooled metrics entry (an OTLP request, or the offload codec's SDK metrics) into SDK
+``MetricsData``."""
 
 
 @dataclass(eq=False)
@@ -71,8 +72,8 @@ class RunEngine:
         return self.spans.grace
 
     def export_metrics(self, request: bytes) -> None:
-        """Log a serialised OTLP metrics request of this run (without a metric path: ignored;
-        with ``offload=True`` metrics stay in the rollout process)."""
+        """Log a spooled metrics entry of this run (an OTLP request in the receiver, the rollout
+        process's SDK metrics in the offload writer; without a metric path: ignored)."""
         if self.metrics is None or self.decode_metrics is None:
             return
         for data in self.decode_metrics(request):
@@ -140,7 +141,7 @@ def build_run_engine(
     metrics = None
     if decode_metrics is not None:
         try:
-            metrics = TrackioMetricExporter(settings.project, settings.name, settings=settings)
+            metrics = TrackioMetricExporter(run=sink.run, settings=settings)
         except BaseException:
             pipeline.close()
             raise

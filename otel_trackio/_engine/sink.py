@@ -23,6 +23,11 @@ with one warning, and Trackio's public behaviour is used instead):
 - ``Trace._to_dict``'s payload shape: Traces are logged as stored payload dicts (no deep copy).
   Without: they are logged as ``trackio.Trace`` objects (slower).
 
+Trackio is imported only when a run is opened (or read) in this process: with ``offload=True``
+the writer process opens the run (:meth:`TrackioSink.deferred`), so a rollout process that never
+imports ``trackio`` itself never loads it — its ~55k objects would make every full garbage
+collection on the rollout's event loop slower (``bench/bench_asyncio.py``).
+
 Run rules (shared by the span and the metric exporter):
 
 * an explicit ``run`` wins;
@@ -39,14 +44,16 @@ borrowed is never finished.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
-
-import trackio
 
 from otel_trackio._engine.warn import Warnings
 
@@ -79,12 +86,20 @@ class RunLike(Protocol):
 _missing = Warnings()  # once per process and missing piece
 
 
+def _trackio() -> ModuleType:
+    """The ``trackio`` module, imported on first use (see the module docstring for why)."""
+    import trackio
+
+    return trackio
+
+
 def _lost(what: str, message: str) -> None:
     """Say once per process what guarantee is lost because Trackio lacks ``what``."""
-    version = getattr(trackio, "__version__", "?")
+    version = getattr(_trackio(), "__version__", "?")
     _missing(what, f"the installed Trackio {version} lacks {what}: {message}")
 
 
+@functools.cache
 def _current_run_var() -> Any:
     try:
         from trackio import context_vars
@@ -93,29 +108,31 @@ def _current_run_var() -> Any:
     return getattr(context_vars, "current_run", None)
 
 
-_CURRENT_RUN = _current_run_var()
-
-
 def active_run() -> RunLike | None:
-    """The Trackio run active in the calling thread (``trackio.init`` sets it), if any."""
-    if _CURRENT_RUN is None:
+    """The Trackio run active in the calling thread (``trackio.init`` sets it), if any. A process
+    that never imported ``trackio`` has none, and this does not import it."""
+    if "trackio" not in sys.modules:
+        return None
+    variable = _current_run_var()
+    if variable is None:
         _lost(
             "trackio.context_vars.current_run",
             "an active run cannot be reused; pass project=... or run=...",
         )
         return None
-    run: RunLike | None = _CURRENT_RUN.get()
+    run: RunLike | None = variable.get()
     return run
 
 
 def _forget_active_run(run: RunLike) -> None:
-    if _CURRENT_RUN is not None and _CURRENT_RUN.get() is run:
-        _CURRENT_RUN.set(None)
+    variable = _current_run_var()
+    if variable is not None and variable.get() is run:
+        variable.set(None)
 
 
 def reserved_keys() -> frozenset[str]:
     """Metric keys ``Run.log`` renames to ``__<key>`` (keys starting with ``__`` are too)."""
-    keys = getattr(getattr(trackio, "utils", None), "RESERVED_KEYS", None)
+    keys = getattr(getattr(_trackio(), "utils", None), "RESERVED_KEYS", None)
     if keys is None:
         _lost("trackio.utils.RESERVED_KEYS", "using the reserved metric names of Trackio 0.43")
         return FALLBACK_RESERVED_KEYS
@@ -123,12 +140,28 @@ def reserved_keys() -> frozenset[str]:
 
 
 def trackio_dir() -> Path:
-    """Trackio's folder (``TRACKIO_DIR``, else its default)."""
-    folder = getattr(getattr(trackio, "utils", None), "TRACKIO_DIR", None)
+    """Trackio's folder: ``trackio.utils.TRACKIO_DIR`` once Trackio is imported; before, the same
+    rule without importing it (``TRACKIO_DIR``, else ``$HF_HOME/trackio``)."""
+    if "trackio" not in sys.modules:
+        return default_trackio_dir()
+    folder = getattr(getattr(_trackio(), "utils", None), "TRACKIO_DIR", None)
     if folder is None:
-        _lost("trackio.utils.TRACKIO_DIR", "spools default to ~/.cache/huggingface/trackio")
-        folder = os.environ.get("TRACKIO_DIR") or Path.home() / ".cache/huggingface/trackio"
+        _lost("trackio.utils.TRACKIO_DIR", "spools default to $HF_HOME/trackio")
+        return default_trackio_dir()
     return Path(folder)
+
+
+def default_trackio_dir() -> Path:
+    """The folder Trackio 0.43 picks at import: ``TRACKIO_DIR``, else ``trackio`` in the Hugging
+    Face home (``huggingface_hub``'s ``HF_HOME``, a light import)."""
+    folder = os.environ.get("TRACKIO_DIR")
+    if folder:
+        return Path(folder)
+    try:
+        from huggingface_hub.constants import HF_HOME
+    except ImportError:  # pragma: no cover - trackio depends on huggingface_hub
+        HF_HOME = os.path.expanduser("~/.cache/huggingface")
+    return Path(HF_HOME) / "trackio"
 
 
 def is_remote(run: RunLike) -> bool:
@@ -165,22 +198,20 @@ def join_run(run: RunLike, parent_run_id: str | None) -> None:
 
 def histogram(counts: Sequence[int], edges: Sequence[float]) -> Any:
     """A ``trackio.Histogram`` from precomputed bucket counts and their ``len + 1`` edges."""
-    return trackio.Histogram(np_histogram=(list(counts), list(edges)))
-
-
-_TRACE_TYPE: str = trackio.Trace.TYPE
+    return _trackio().Histogram(np_histogram=(list(counts), list(edges)))
 
 
 def _payload(trace: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        "_type": _TRACE_TYPE,
+        "_type": _trackio().Trace.TYPE,
         "messages": trace.get("messages") or [],
         "metadata": trace.get("metadata") or {},
         "spans": trace.get("spans") or [],
     }
 
 
-def _payload_matches_trackio() -> bool:
+@functools.cache
+def _trace_as_payload() -> bool:
     """True when our payload dict is what ``trackio.Trace._to_dict`` stores for the same Trace."""
     sample: dict[str, Any] = {
         "messages": [{"role": "user", "content": "q"}],
@@ -188,15 +219,14 @@ def _payload_matches_trackio() -> bool:
         "spans": [{"id": "1", "name": "n", "kind": "span"}],
     }
     try:
-        stored = trackio.Trace(
-            sample["messages"], metadata=sample["metadata"], spans=sample["spans"]
-        )._to_dict("p", "r", 0)
+        stored = (
+            _trackio()
+            .Trace(sample["messages"], metadata=sample["metadata"], spans=sample["spans"])
+            ._to_dict("p", "r", 0)
+        )
     except Exception:  # noqa: BLE001 - any difference means: use the public class
         return False
     return bool(stored == _payload(sample))
-
-
-_TRACE_AS_PAYLOAD = _payload_matches_trackio()
 
 
 def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -208,9 +238,10 @@ def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
     about 15% cheaper. When the installed Trackio stores Traces differently, ``trackio.Trace``
     objects are logged instead.
     """
-    if _TRACE_AS_PAYLOAD:
+    if _trace_as_payload():
         return [_payload(t) for t in traces]
     _lost("Trace._to_dict in the shape of 0.43", "Traces are logged as trackio.Trace objects")
+    trackio = _trackio()
     return [
         trackio.Trace(
             messages=list(t.get("messages") or []),
@@ -224,7 +255,7 @@ def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
 def _table(rows: Sequence[Mapping[str, Any]]) -> Any:
     """Plain rows as a ``trackio.Table`` (its columns: the first row's keys, in order)."""
     data: Any = [dict(row) for row in rows]  # Trackio takes dict rows (typed as lists)
-    return trackio.Table(data=data)
+    return _trackio().Table(data=data)
 
 
 # -- runs this package started, shared per (project, name) ------------------------------------
@@ -232,14 +263,48 @@ def _table(rows: Sequence[Mapping[str, Any]]) -> Any:
 _registry_lock = threading.Lock()
 
 
-class _OwnedRun:
-    """A run this package started, with the number of exporters holding it."""
+@dataclass(frozen=True)
+class OpenedElsewhere:
+    """A run another process opened for this one (the offload writer): its name and Trackio id."""
 
-    def __init__(self, run: RunLike, key: tuple[str, str | None]) -> None:
+    name: str
+    id: str | None = None
+
+
+class _OwnedRun:
+    """A run this package started (or left to a writer process to open: ``run`` None until
+    something here needs it), with the number of exporters holding it."""
+
+    def __init__(
+        self,
+        run: RunLike | None,
+        key: tuple[str, str | None],
+        init_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
         self.run = run
         self.key = key
+        self.init_kwargs = dict(init_kwargs or {})
+        self.elsewhere: OpenedElsewhere | None = None
         self.holders = 0
         self.finished = False
+        self._opening = threading.Lock()
+
+    def ensure_run(self) -> RunLike:
+        """The run in this process, opened now when so far only a writer process had it open
+        (then resumed by the name it reported, and joined by its id)."""
+        with self._opening:
+            if self.run is None:
+                project, name = self.key
+                kwargs = dict(self.init_kwargs)
+                elsewhere = self.elsewhere
+                if elsewhere is not None:
+                    name = elsewhere.name
+                    kwargs["resume"] = "allow"
+                run = _start_run(project, name, kwargs, active_run())
+                if elsewhere is not None:
+                    join_run(run, elsewhere.id)
+                self.run = run
+            return self.run
 
 
 # (project, requested name) -> lease shared by every exporter of this process asking for it.
@@ -250,6 +315,9 @@ class TrackioSink:
     """A held Trackio run, and the one place that calls ``run.log`` / ``run.finish``.
 
     Build it on the user's thread (it may need that thread's active run); use it from any thread.
+    With ``defer=True`` (``offload=True``: a writer process logs) and neither ``run`` given nor a
+    matching run active, no run is opened here: the writer process opens it and reports it
+    (:meth:`opened_elsewhere`), and ``run`` opens it here only when something asks for it.
     """
 
     def __init__(
@@ -259,23 +327,82 @@ class TrackioSink:
         *,
         run: RunLike | None = None,
         init_kwargs: Mapping[str, Any] | None = None,
+        defer: bool = False,
     ) -> None:
         self._owned: _OwnedRun | None = None
+        self._borrowed: RunLike | None = None
         self._released = False
         # Trackio's failed-write warnings seen by the last flush() (empty when it went well).
         self.last_failures: set[str] = set()
         self._lock = threading.Lock()
-        self.run: RunLike = self._resolve(project, name, run, dict(init_kwargs or {}))
+        self._resolve(project, name, run, dict(init_kwargs or {}), defer)
+
+    @property
+    def run(self) -> RunLike:
+        """The held ``trackio.Run`` (a deferred run is opened here now, joining the writer's)."""
+        if self._borrowed is not None:
+            return self._borrowed
+        assert self._owned is not None
+        return self._owned.ensure_run()
+
+    @property
+    def opened(self) -> bool:
+        """True when the run is open in this process (False: deferred to a writer process)."""
+        return self._borrowed is not None or (
+            self._owned is not None and self._owned.run is not None
+        )
 
     @property
     def project(self) -> str:
         """The Trackio project the held run logs into."""
+        if not self.opened:
+            assert self._owned is not None
+            return self._owned.key[0]
         return str(self.run.project)
 
     @property
     def run_name(self) -> str:
-        """The held run's name."""
+        """The held run's name (of a deferred, unnamed run: once its writer reported it)."""
+        if not self.opened:
+            assert self._owned is not None
+            elsewhere = self._owned.elsewhere
+            return elsewhere.name if elsewhere is not None else self._owned.key[1] or ""
         return str(self.run.name)
+
+    @property
+    def requested_name(self) -> str | None:
+        """The run name asked for (None: Trackio picks one)."""
+        if self._owned is not None:
+            return self._owned.key[1]
+        return self.run_name
+
+    @property
+    def run_id(self) -> str | None:
+        """Trackio's id of the held run, if known (a deferred run's: as its writer reported)."""
+        if not self.opened:
+            assert self._owned is not None
+            elsewhere = self._owned.elsewhere
+            return elsewhere.id if elsewhere is not None else None
+        return run_id(self.run)
+
+    def share(self) -> TrackioSink:
+        """Another holder of the same run (released on its own; the run is finished, when this
+        package started it, once every holder released it)."""
+        other = TrackioSink.__new__(TrackioSink)
+        other._owned = self._owned
+        other._borrowed = self._borrowed
+        other._released = False
+        other.last_failures = set()
+        other._lock = threading.Lock()
+        if self._owned is not None:
+            with _registry_lock:
+                self._owned.holders += 1
+        return other
+
+    def opened_elsewhere(self, opened: OpenedElsewhere) -> None:
+        """Record the run a writer process opened for this deferred sink (what ``run`` joins)."""
+        if self._owned is not None and self._owned.run is None:
+            self._owned.elsewhere = opened
 
     def _resolve(
         self,
@@ -283,9 +410,11 @@ class TrackioSink:
         name: str | None,
         run: RunLike | None,
         init_kwargs: dict[str, Any],
-    ) -> RunLike:
+        defer: bool,
+    ) -> None:
         if run is not None:
-            return run
+            self._borrowed = run
+            return
         active = active_run()
         if active is not None and _matches(active, project, name):
             with _registry_lock:  # a run this package started here: hold it, don't borrow it
@@ -293,7 +422,9 @@ class TrackioSink:
                 if owned is not None and not owned.finished:
                     owned.holders += 1
                     self._owned = owned
-            return active
+                    return
+            self._borrowed = active
+            return
         if project is None:
             raise ValueError(
                 "otel-trackio needs a Trackio project: pass project=..., pass run=..., "
@@ -303,11 +434,13 @@ class TrackioSink:
         with _registry_lock:
             owned = _owned.get(key)
             if owned is None or owned.finished:
-                owned = _OwnedRun(_start_run(project, name, init_kwargs, active), key)
+                started = None if defer else _start_run(project, name, init_kwargs, active)
+                owned = _OwnedRun(started, key, init_kwargs)
                 _owned[key] = owned
             owned.holders += 1
         self._owned = owned
-        return owned.run
+        if not defer:
+            owned.ensure_run()  # a deferred run this process now needs: opened (joined) here
 
     # -- logging ----------------------------------------------------------------------------
 
@@ -415,16 +548,19 @@ class TrackioSink:
                 owned.finished = True
                 if _owned.get(owned.key) is owned:
                     del _owned[owned.key]
-        if last and _finished(owned.run):
+        run = owned.run
+        if not last or run is None:
+            return  # still held; or deferred and never opened here (its writer finishes it)
+        if _finished(run):
             # Trackio's own exit hook finished it first (zero code: the SDK shuts the exporter
             # down after it): finishing again would only print "Run finished" twice.
-            _forget_active_run(owned.run)
-        elif last:
-            try:
-                owned.run.finish()
-            except Exception as exc:  # noqa: BLE001 - finishing must not crash the user's program
-                _logger.warning("otel-trackio: finishing Trackio run failed: %s", exc)
-            _forget_active_run(owned.run)
+            _forget_active_run(run)
+            return
+        try:
+            run.finish()
+        except Exception as exc:  # noqa: BLE001 - finishing must not crash the user's program
+            _logger.warning("otel-trackio: finishing Trackio run failed: %s", exc)
+        _forget_active_run(run)
 
 
 def _finished(run: RunLike) -> bool:
@@ -474,7 +610,8 @@ def _start_run(
 ) -> RunLike:
     if active is None:
         # No user run to disturb: start it here, so the user's own trackio.log() lands in it too.
-        return trackio.init(project=project, name=name, **init_kwargs)
+        started: RunLike = _trackio().init(project=project, name=name, **init_kwargs)
+        return started
     # trackio.init() finishes the run active in the calling thread: start ours on a thread that
     # has none, and leave the user's run untouched.
     result: list[RunLike] = []
@@ -482,7 +619,7 @@ def _start_run(
 
     def start() -> None:
         try:
-            result.append(trackio.init(project=project, name=name, **init_kwargs))
+            result.append(_trackio().init(project=project, name=name, **init_kwargs))
         except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
             errors.append(exc)
 
@@ -512,7 +649,7 @@ def open_run_by_name(project: str, name: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if name in SQLiteStorage.get_runs(project):
             return
-        previous = _CURRENT_RUN.get() if _CURRENT_RUN is not None else None
+        previous = active_run()
         run = _start_run(project, name, {"resume": "allow"}, previous)
         run.log({}, step=0)
         run.finish()

@@ -1,9 +1,11 @@
 """The rollout-process side of ``offload=True``: spool the spans, let a writer process log them.
 
 ``export()`` turns SDK spans into lean tuples and appends them to this process's own spool (about
-6 µs per span); no conversion, no JSON parsing and no Trackio call happen here. A writer process
-(``python -m otel_trackio._offload``, a fresh interpreter: never a fork of the rollout)
-drains the spool into the same Trackio run. What each call means:
+6 µs per span); no conversion, no JSON parsing and no Trackio call happen here, and unless this
+process holds the run itself (given, or active here) Trackio is never even imported: the writer
+process (``python -m otel_trackio._offload``, a fresh interpreter: never a fork of the rollout)
+opens the run, reports it, and drains the spool into it; metrics go the same way
+(:meth:`OffloadClient.export_metrics`). What each call means:
 
 - ``export()`` SUCCESS: the spans are in the spool (written to the OS: they survive this process
   being killed, not a power loss). FAILURE when the spool is at its bound or cannot be written.
@@ -29,15 +31,26 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_trackio._codec import spool as codec
+from otel_trackio._codec.routes import NO_ROUTE
+from otel_trackio._codec.sdk_metrics import encode_sdk_metrics
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
-from otel_trackio._engine.sink import TrackioSink, run_id, trackio_dir
+from otel_trackio._engine.sink import TrackioSink, trackio_dir
 from otel_trackio._engine.stats import ExportStats
+from otel_trackio._engine.steps import latest_step
 from otel_trackio._engine.warn import Warnings
-from otel_trackio._offload.writer import CONFIG_FILE, WriterConfig
+from otel_trackio._offload.writer import (
+    CONFIG_FILE,
+    OPEN_FAILED,
+    OpenedReport,
+    WriterConfig,
+    read_opened,
+    write_atomically,
+)
 from otel_trackio._spool.paths import process_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import (
     Checkpoint,
@@ -55,6 +68,9 @@ _logger = logging.getLogger("otel_trackio")
 _IN_WRITER = "OTEL_TRACKIO_OFFLOAD_WRITER"
 """Set in a writer process's environment: what runs there never starts a writer of its own."""
 _NO_SELF_TRACING = ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER")
+OPEN_TIMEOUT_SECONDS = 120.0
+"""How long building an offloading exporter waits for its writer to open the run (a fresh
+interpreter importing Trackio: about a second, more on a busy machine)."""
 
 
 def writer_environment() -> dict[str, str]:
@@ -109,19 +125,22 @@ class OffloadClient:
 
     Args:
         settings: the exporter's settings (the writer gets them too).
-        sink: the run held in this process; the writer logs into the same project and name.
+        sink: the run: held in this process (the writer joins it), or deferred (the writer opens
+            it, and this waits until it has: a run Trackio cannot open raises here, as
+            ``trackio.init`` would have).
     """
 
     def __init__(self, settings: TrackioSettings, sink: TrackioSink) -> None:
         self.settings = settings
         self.sink = sink
-        self.path = process_spool(settings, sink.project, sink.run_name)
+        name = sink.run_name if sink.opened else sink.requested_name
+        self.path = process_spool(settings, sink.project, name)
         self.producer = Producer(
             self.path, int(settings.spool_max_mb * 1024 * 1024), fsync=settings.spool_fsync
         )
-        config = WriterConfig(settings, sink.project, sink.run_name, os.getpid(), run_id(sink.run))
-        with open(self.path / CONFIG_FILE, "wb") as handle:
-            pickle.dump(config, handle)
+        run_id = sink.run_id if sink.opened else None
+        config = WriterConfig(settings, sink.project, name, os.getpid(), run_id)
+        write_atomically(self.path / CONFIG_FILE, pickle.dumps(config))
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._closing = False
@@ -135,6 +154,38 @@ class OffloadClient:
         self.exports_refused = 0
         self.writer_starts = 0
         self._start_writer()
+        if not sink.opened:
+            self._wait_until_opened()
+
+    def _wait_until_opened(self) -> None:
+        """Wait for the writer to open the run (and show what Trackio said as it did, as
+        ``trackio.init`` here would have); raise when it could not (its reason)."""
+        self._wait(lambda: self._opened() is not None, OPEN_TIMEOUT_SECONDS)
+        opened = self._opened()
+        if isinstance(opened, OpenedReport):
+            self.sink.opened_elsewhere(opened.run)
+            if opened.banner:
+                sys.stdout.write(opened.banner)
+                sys.stdout.flush()
+            return
+        if opened is None:
+            self._warn(
+                "open",
+                f"the writer process has not opened the Trackio run after "
+                f"{OPEN_TIMEOUT_SECONDS:.0f} s; spans are spooled meanwhile ({self.path})",
+            )
+            return
+        self._closed = True
+        self.producer.close()
+        remove_spool(self.path, spool_root(self.settings))
+        raise RuntimeError(f"otel-trackio: Trackio could not open the run: {opened}")
+
+    def _opened(self) -> OpenedReport | str | None:
+        """The writer's report; a writer that exited without one reports that it did."""
+        report = read_opened(self.path)
+        if report is None and self._process is not None and self._process.poll() == OPEN_FAILED:
+            report = read_opened(self.path) or f"the writer exited ({OPEN_FAILED})"
+        return report
 
     # -- the writer process ----------------------------------------------------------------------
 
@@ -156,7 +207,7 @@ class OffloadClient:
         """Start the writer again when it died (it continues from the spool). A writer that
         exited 0 drained everything after a close: nothing to restart."""
         process = self._process
-        if process is None or process.poll() in (None, 0) or self._closing:
+        if process is None or process.poll() in (None, 0, OPEN_FAILED) or self._closing:
             return
         with self._lock:
             if self._process is process and process.poll() not in (None, 0) and not self._closing:
@@ -192,6 +243,20 @@ class OffloadClient:
             self._warn("spool", f"could not write the spool, {len(spans)} spans refused: {exc!r}")
             return False
         self.spans_spooled += len(spans)
+        return True
+
+    def export_metrics(self, data: MetricsData) -> bool:
+        """Append one metrics export to the spool, with this process's latest step (the
+        writer logs it to the run); False when refused (warned)."""
+        if self._closed:
+            return False
+        self._ensure_writer()
+        try:
+            payload = encode_sdk_metrics(data, latest_step())
+            self.producer.append(codec.METRICS, codec.encode_metrics(NO_ROUTE, payload))
+        except (SpoolFull, OSError, RuntimeError, pickle.PicklingError) as exc:
+            self._warn("metrics", f"could not spool a metrics export: {exc!r}")
+            return False
         return True
 
     @property

@@ -1,10 +1,13 @@
 """The writer process of ``offload=True``: ``python -m otel_trackio._offload SPOOL_DIR``.
 
 Started (as a fresh interpreter, never a fork, at a lower CPU priority: ``nice`` 10) by
-:class:`~._spool.offload.OffloadClient`. It logs
-into the same Trackio run as the rollout process (same project and name, ``resume="allow"``:
-Trackio's file lock lets several processes write one run), drains the spool through the span
-pipeline, and stops:
+:class:`~otel_trackio._offload.client.OffloadClient`. Unless the rollout process holds the run
+itself (given or active there), the writer is the one that opens it (``trackio.init`` with the
+user's options), so the rollout process never imports Trackio; it reports the run it opened in
+:data:`OPENED_FILE` and records it in its config, so a restarted writer joins the same run.
+Otherwise it joins the rollout's run (``resume="allow"`` and its id: Trackio's file lock lets
+several processes write one run). It drains the spool through the span pipeline (metrics too:
+the run engine's metric path), and stops:
 
 - after a ``CLOSE`` entry (the exporter shut down): everything drained, open samples logged;
 - when the rollout process is gone (killed): what it spooled is drained, open samples are logged
@@ -18,19 +21,28 @@ rollout process (abandoned: no producer, no drainer), so "the next start finishe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
+import json
 import logging
 import os
 import pickle
 import signal
 import sys
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from opentelemetry.sdk.metrics.export import MetricsData
+
+from otel_trackio._codec.sdk_metrics import decode_sdk_metrics
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
-from otel_trackio._engine.sink import TrackioSink, join_run
+from otel_trackio._engine.sink import OpenedElsewhere, TrackioSink, join_run
+from otel_trackio._engine.steps import note_step
 from otel_trackio._spool.drain import BACKOFF_SECONDS, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_root
 from otel_trackio._spool.segments import is_locked
@@ -39,19 +51,87 @@ from otel_trackio.settings import TrackioSettings
 _logger = logging.getLogger("otel_trackio")
 
 CONFIG_FILE = "writer.pickle"
+OPENED_FILE = "opened.json"
+"""What the writer reports once it has the run: ``{"name", "id", "banner"}`` (``banner``: what
+``trackio.init`` printed, for the rollout's terminal), or ``{"error"}``."""
 STOPPED = 3
 """Exit status of a writer stopped by a signal with data left in its spool."""
+OPEN_FAILED = 4
+"""Exit status of a writer that could not open the run (the reason is in :data:`OPENED_FILE`);
+it is not started again."""
 
 
 @dataclass(frozen=True)
 class WriterConfig:
-    """What the rollout process tells its writer (pickled into the spool directory)."""
+    """What the rollout process tells its writer (pickled into the spool directory).
+
+    ``run_id`` None: the rollout process has not opened the run; the writer opens it (with
+    ``name`` None, Trackio picks the name) and writes the name and id back here."""
 
     settings: TrackioSettings
     project: str
-    name: str
+    name: str | None
     parent_pid: int
     run_id: str | None = None
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (a reader sees the old or the new file, never a part)."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+@dataclass(frozen=True)
+class OpenedReport:
+    """The writer's report on opening the run: the run, and what Trackio printed meanwhile."""
+
+    run: OpenedElsewhere
+    banner: str = ""
+
+
+def read_opened(path: Path) -> OpenedReport | str | None:
+    """The run the writer of spool ``path`` opened, the reason it could not (a string), or None
+    while it has not said yet."""
+    try:
+        report: dict[str, Any] = json.loads((path / OPENED_FILE).read_bytes())
+    except (FileNotFoundError, ValueError):
+        return None
+    if "error" in report:
+        return str(report["error"])
+    run = OpenedElsewhere(str(report["name"]), report.get("id"))
+    return OpenedReport(run, str(report.get("banner") or ""))
+
+
+def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
+    """Open or join the run, and say which it is (:data:`OPENED_FILE`, the config)."""
+    settings = config.settings
+    init: dict[str, Any] = {**settings.init_kwargs, "auto_log_cpu": False, "auto_log_gpu": False}
+    joining = config.run_id is not None
+    if joining:
+        init["resume"] = "allow"
+    else:  # this process opens the run: it also logs the machine's CPU/GPU, as Trackio's default
+        init = dict(settings.init_kwargs)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # Trackio's banner, shown by the rollout process
+        sink = TrackioSink(config.project, config.name, init_kwargs=init)
+    sys.stdout.write(printed.getvalue())
+    join_run(sink.run, config.run_id)
+    if not joining:  # a restart joins this run rather than opening another one
+        opened = dataclasses.replace(config, name=sink.run_name, run_id=sink.run_id)
+        write_atomically(path / CONFIG_FILE, pickle.dumps(opened))
+    report = {"name": sink.run_name, "id": sink.run_id, "banner": printed.getvalue()}
+    write_atomically(path / OPENED_FILE, json.dumps(report).encode())
+    return sink
+
+
+def _spooled_metrics(request: bytes) -> Iterable[MetricsData]:
+    """A spooled metrics entry of the rollout process; the rollout's latest step (``set_step``)
+    joins the steps this process saw in spans, for points without a ``step``."""
+    latest, data = decode_sdk_metrics(request)
+    if latest is not None:
+        note_step(latest)
+    return [data]
 
 
 def abandoned(path: Path) -> list[Path]:
@@ -109,12 +189,21 @@ def main(argv: list[str] | None = None) -> int:
     with open(path / CONFIG_FILE, "rb") as handle:
         config: WriterConfig = pickle.load(handle)
     settings = config.settings
-    init = {**settings.init_kwargs, "resume": "allow", "auto_log_cpu": False, "auto_log_gpu": False}
-    sink = TrackioSink(config.project, config.name, init_kwargs=init)
-    join_run(sink.run, config.run_id)
+    try:
+        sink = _open_run(path, config)
+    except Exception as exc:  # noqa: BLE001 - reported to the rollout process, which raises it
+        with contextlib.suppress(OSError):
+            write_atomically(path / OPENED_FILE, json.dumps({"error": f"{exc}"}).encode())
+        _logger.error("otel-trackio writer: could not open the Trackio run: %r", exc)
+        return OPEN_FAILED
     registry = OpenSampleRegistry()
-    # Metrics stay in the rollout process with offload=True: this engine has no metric path.
-    own = build_run_engine(settings, transport="offload", sink=sink, open_samples=registry)
+    own = build_run_engine(
+        settings,
+        transport="offload",
+        sink=sink,
+        open_samples=registry,
+        decode_metrics=_spooled_metrics,
+    )
     pipeline = own.spans
     stop = threading.Event()
     done = False

@@ -28,9 +28,12 @@ def spool_root(settings: TrackioSettings) -> Path:
     return Path(settings.spool_dir) if settings.spool_dir else trackio_dir() / "otel-trackio-spool"
 
 
-def process_spool(settings: TrackioSettings, project: str, run_name: str) -> Path:
-    """A fresh spool for this process's spans of ``project``/``run_name`` (``offload=True``)."""
-    run_folder = spool_root(settings) / safe_name(project) / safe_name(run_name)
+def process_spool(settings: TrackioSettings, project: str, run_name: str | None) -> Path:
+    """A fresh spool for this process's spans of ``project``/``run_name`` (``offload=True``).
+    A run Trackio is still to name (``run_name`` None) gets a folder of its own: no other
+    process's spool is of the same run."""
+    run = safe_name(run_name) if run_name is not None else f"_unnamed-{uuid.uuid4().hex[:8]}"
+    run_folder = spool_root(settings) / safe_name(project) / run
     unique = f"{safe_name(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     return run_folder / unique
 
@@ -41,7 +44,7 @@ def receiver_spool(settings: TrackioSettings, project: str, name: str | None) ->
     return spool_root(settings) / "receiver" / safe_name(project) / safe_name(name or "_")
 
 
-SPOOL_FILES = ("checkpoint.json", "runs.json", "writer.pickle", "writer.log")
+SPOOL_FILES = ("checkpoint.json", "runs.json", "writer.pickle", "writer.log", "opened.json")
 """Files of a spool besides its segments, locks and temporary files (``*.seg``, ``*.lock``,
 ``*.tmp``)."""
 _SPOOL_SUFFIXES = (".seg", ".lock", ".tmp")
