@@ -33,10 +33,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
 from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
+from otel_trackio._engine.intake import find_intake
 from otel_trackio._engine.report import say
 from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.stats import ExportStats
+from otel_trackio._offload.client import OffloadClient
+from otel_trackio._offload.metric_exporter import SpooledMetricExporter
 from otel_trackio.environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
     OTEL_EXPORTER_TRACKIO_PROJECT,
@@ -158,14 +161,20 @@ class TrackioEnvSpanExporter(SpanExporter):
 class TrackioEnvMetricExporter(MetricExporter):
     """A :class:`TrackioMetricExporter` configured by ``OTEL_EXPORTER_TRACKIO_*`` (entry
     ``trackio``). It shares the span exporter's Trackio run (same project and run name in one
-    process). Keyword arguments and configuration errors behave as for
-    :class:`TrackioEnvSpanExporter`."""
+    process): when that one offloads to a writer process that holds the run, metrics go through
+    its spool too (Trackio stays out of this process). Keyword arguments and configuration errors
+    behave as for :class:`TrackioEnvSpanExporter`."""
 
     def __init__(self, *, run: RunLike | None = None, **overrides: Any) -> None:
         super().__init__(preferred_temporality=dict(DEFAULT_TEMPORALITY))
-        self.exporter: TrackioMetricExporter | None = None
+        self.exporter: TrackioMetricExporter | SpooledMetricExporter | None = None
         settings = _env_settings(overrides, has_run=run is not None)
         if settings is None:
+            return
+        intake = find_intake(settings.project, settings.name) if run is None else None
+        if isinstance(intake, OffloadClient) and not intake.sink.opened and not intake.closed:
+            self.exporter = SpooledMetricExporter(intake)
+            self._spool = intake
             return
         self.exporter = TrackioMetricExporter(run=run, settings=settings)
         self._preferred_temporality = self.exporter._preferred_temporality
@@ -173,7 +182,10 @@ class TrackioEnvMetricExporter(MetricExporter):
 
     @property
     def run(self) -> RunLike | None:
-        """The ``trackio.Run`` metrics go to (None when misconfigured)."""
+        """The ``trackio.Run`` metrics go to (None when misconfigured; offloaded, asking for it
+        opens it in this process, joined to the writer's)."""
+        if isinstance(self.exporter, SpooledMetricExporter):
+            return self._spool.sink.run
         return self.exporter.run if self.exporter is not None else None
 
     @property

@@ -209,3 +209,16 @@ def test_no_writer_is_left_running(project, trackio_dir):
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     raise AssertionError("the writer process outlived its rollout process")
+
+
+def test_zero_code_spans_and_metrics_go_through_the_writer_too(project, trackio_dir, tmp_path):
+    from test_autoconfigure import APP, _instrument
+
+    app = APP + 'import sys\nprint("trackio imported:", "trackio" in sys.modules)\n'
+    env = {"OTEL_EXPORTER_TRACKIO_PROJECT": project, "OTEL_EXPORTER_TRACKIO_RUN": "zero"}
+    result = _instrument(tmp_path, trackio_dir, env, app_text=app)
+    assert result.returncode == 0, result.stderr
+    assert _said(result.stdout, "trackio imported:") == "False"
+    assert SQLiteStorage.get_runs(project) == ["zero"]
+    assert _keys(read_traces(project, "zero")) == [(s, i) for s in range(2) for i in range(4)]
+    assert _scalars(project, "zero", "rollout.reward/mean") == {0: 0.375, 1: 0.375}
