@@ -11,16 +11,19 @@ Arms, each in a fresh process (no warm caches or threads carried over), alternat
 
 * ``noop``          — the OTel SDK + ``BatchSpanProcessor`` + an exporter that drops everything
   (the floor: tracing on, export free);
-* ``noop-trackio``  — the same in a process that imported ``trackio`` (as every Trackio user's
-  does): its ~55k import-time objects make each full garbage collection, on the loop's thread,
-  cost more — the part of the loop lag no exporter can take away;
+* ``noop-trackio``  — the same in a process that imported ``trackio``: its ~55k import-time
+  objects make each full garbage collection, on the loop's thread, cost more. What a process
+  pays that imports Trackio itself; with offload (the default) otel-trackio never imports it in
+  the rollout process — the writer process opens the run;
 * ``configure``     — ``otel_trackio.configure()`` (defaults: offload to a writer process);
 * ``configure-inproc`` — ``configure(offload=False)`` (conversion and Trackio writes here);
 * ``hand-built``    — ``BatchSpanProcessor(TrackioSpanExporter(project, name))``, the README's
   "By hand" path with the exporter's own defaults.
 
-Per round each arm's loop-lag p99 and wall time are divided by the same round's ``noop``; the
-figures are the medians of those ratios (robust to a busy machine: a neighbour's burst hits one
+Each child process runs the ``STEPS``-step rollout ``REPEATS`` times (a rollout process runs
+many steps: the figures pool them — loop lags of all repeats, their summed wall time). Per round
+each arm's loop-lag p99 and wall time are divided by the same round's ``noop``; the figures are
+the medians of those ratios (robust to a busy machine: a neighbour's burst hits one
 round, not the median). CPU per span is the rollout process's own CPU time
 (``time.process_time()``: every thread of this process, never the writer process's) from the first
 span to the processor's queue exported — in process, to every sample logged (``force_flush``) —
@@ -49,6 +52,7 @@ STEPS = 8
 CONCURRENCY = 256
 MODEL_CALLS = 3
 SPANS_PER_SAMPLE = 2 + MODEL_CALLS  # root, model calls, one tool span
+REPEATS = 3
 LATENCY = 0.002
 TICK = 0.001
 PROJECT = "bench-asyncio"
@@ -156,7 +160,7 @@ def run_arm(arm: str) -> dict[str, Any]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     name = uuid.uuid4().hex[:8]
-    spans = STEPS * CONCURRENCY * SPANS_PER_SAMPLE
+    spans = REPEATS * STEPS * CONCURRENCY * SPANS_PER_SAMPLE
     queue = 2 * spans  # nothing dropped: every arm does the same work
     handle: Any = None
     exporter: Any = None
@@ -184,17 +188,23 @@ def run_arm(arm: str) -> dict[str, Any]:
             raise SystemExit(f"unknown arm {arm!r}")
     tracer = provider.get_tracer("bench")
     # Warm up: one step, exported and (with offload) durable, so the writer process is up.
-    asyncio.run(_rollout(tracer, 1, _all_messages(1, STEPS), first_step=STEPS))
+    warm = REPEATS * STEPS
+    asyncio.run(_rollout(tracer, 1, _all_messages(1, warm), first_step=warm))
     with w.quiet_stdout():
         provider.force_flush(600_000)
         if handle is not None:
             handle.force_flush(600_000)
         elif exporter is not None:
             exporter.force_flush(600_000)
-    messages = _all_messages(STEPS, 0)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    lags = asyncio.run(_rollout(tracer, STEPS, messages))
-    wall = time.perf_counter() - wall0
+    lags: list[float] = []
+    wall = 0.0
+    cpu0 = time.process_time()
+    for repeat in range(REPEATS):
+        first = repeat * STEPS
+        messages = _all_messages(STEPS, first)  # the model's text: not timed
+        wall0 = time.perf_counter()
+        lags += asyncio.run(_rollout(tracer, STEPS, messages, first_step=first))
+        wall += time.perf_counter() - wall0
     with w.quiet_stdout():
         provider.force_flush(600_000)  # the processor's queue exported
         cpu = time.process_time() - cpu0
@@ -293,7 +303,7 @@ def main() -> None:
             ratios[other]["lag"].append(mine["lag_p99_ms"] / base["lag_p99_ms"])
             ratios[other]["wall"].append(mine["wall_s"] / base["wall_s"])
             ratios[other]["cpu"].append((mine["cpu_s"] - base["cpu_s"]) / mine["spans"] * 1e6)
-    expected = STEPS * CONCURRENCY
+    expected = REPEATS * STEPS * CONCURRENCY
     med = statistics.median
     noop = raw["noop"]
     print(
@@ -317,7 +327,7 @@ def main() -> None:
         summary.append(f"{arm} lag {lag:.2f}x wall {wall:.2f}x +{cpu:.0f} us/span")
         target = arm == "configure"
         w.write_result(
-            f"13. asyncio {STEPS} steps x {CONCURRENCY} concurrent samples, {arm}: loop-lag p99 / "
+            f"13. asyncio {REPEATS}x{STEPS} steps x {CONCURRENCY} concurrent samples, {arm}: loop-lag p99 / "
             "wall vs no-op (medians); rollout-process CPU per span over no-op",
             f"{lag:.2f}x / {wall:.2f}x; +{cpu:.1f} µs; stored {stored}/{expected}",
             f"<= {LAG_TARGET:.2f}x / <= {WALL_TARGET:.2f}x, all stored" if target else "(recorded)",
