@@ -327,8 +327,8 @@ def main() -> None:
         summary.append(f"{arm} lag {lag:.2f}x wall {wall:.2f}x +{cpu:.0f} us/span")
         target = arm == "configure"
         w.write_result(
-            f"13. asyncio {REPEATS}x{STEPS} steps x {CONCURRENCY} concurrent samples, {arm}: loop-lag p99 / "
-            "wall vs no-op (medians); rollout-process CPU per span over no-op",
+            f"13. asyncio {REPEATS}x{STEPS} steps x {CONCURRENCY} concurrent samples, {arm}: "
+            "loop-lag p99 / wall vs no-op (medians); rollout-process CPU per span over no-op",
             f"{lag:.2f}x / {wall:.2f}x; +{cpu:.1f} µs; stored {stored}/{expected}",
             f"<= {LAG_TARGET:.2f}x / <= {WALL_TARGET:.2f}x, all stored" if target else "(recorded)",
             (lag <= LAG_TARGET and wall <= WALL_TARGET and stored_all) if target else None,
