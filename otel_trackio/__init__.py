@@ -8,6 +8,8 @@ Every setting lives in :class:`TrackioSettings`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from otel_trackio._engine.open_samples import (
     lookup_open_sample,
     register_open_sample,
@@ -22,9 +24,26 @@ from otel_trackio.settings import TrackioConfigError, TrackioSettings
 from otel_trackio.span_exporter import ExportStats, TrackioSpanExporter
 from otel_trackio.span_processor import OpenSampleTracker, TrackioSpanProcessor
 from otel_trackio.telemetry import TrackioTelemetry, configure
-from otel_trackio.validation import log_generations
+
+if TYPE_CHECKING:
+    from otel_trackio.validation import log_generations
 
 __version__ = "0.1.0"
+
+# Imported on first use: the Trace conversion they need stays out of a rollout process that only
+# offloads (fewer objects for its garbage collector to walk on the event loop's thread).
+_LAZY = {"log_generations": "otel_trackio.validation"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'otel_trackio' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "ExportStats",

@@ -34,8 +34,8 @@ from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
 from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
 from otel_trackio._engine.intake import find_intake
+from otel_trackio._engine.offload import with_offload_resolved
 from otel_trackio._engine.report import say
-from otel_trackio._engine.run import with_offload_resolved
 from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._offload.client import OffloadClient

@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_trackio._codec.sdk import (
     LogRecordExporter,
@@ -25,10 +25,12 @@ from otel_trackio._codec.sdk import (
 )
 from otel_trackio._core.records import LogEventRecord
 from otel_trackio._engine.intake import EventIntake, find_intake
-from otel_trackio._engine.run import RunEngine, build_run_engine
 from otel_trackio._engine.warn import Warnings
 from otel_trackio.settings import TrackioSettings, settings_for
 from otel_trackio.span_exporter import TrackioSpanExporter
+
+if TYPE_CHECKING:  # a lone log exporter's own engine, imported only when it needs one
+    from otel_trackio._engine.run import RunEngine
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -166,6 +168,8 @@ class TrackioLogExporter(LogRecordExporter):
             f"no TrackioSpanExporter for project {settings.project!r}, run {settings.name!r} in "
             "this process: GenAI log events are logged without their spans (partial Traces)",
         )
+        from otel_trackio._engine.run import build_run_engine
+
         return build_run_engine(settings, log_events=True)
 
     def _count_skipped(self, reason: str) -> None:

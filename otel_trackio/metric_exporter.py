@@ -28,7 +28,6 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.metrics.view import Aggregation
 
-from otel_trackio._core.metric_convert import Distribution, MetricConverter
 from otel_trackio._engine import sink as _trackio
 from otel_trackio._engine import steps as _steps
 from otel_trackio._engine.sink import RunLike, TrackioSink
@@ -122,6 +121,8 @@ class TrackioMetricExporter(MetricExporter):
         self._sink = TrackioSink(
             settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
         )
+        from otel_trackio._core.metric_convert import MetricConverter
+
         self._converter = MetricConverter(
             step_attribute=settings.step_attribute,
             stats=settings.histogram_stats,
@@ -253,6 +254,8 @@ class TrackioMetricExporter(MetricExporter):
         return result
 
     def _value(self, key: str, value: Any) -> Any:
+        from otel_trackio._core.metric_convert import Distribution
+
         if not isinstance(value, Distribution):
             return value
         try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -11,16 +11,19 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._engine.intake import EventIntake, register_intake
+from otel_trackio._engine.offload import with_offload_resolved
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.open_spans import FirstKnown, OpenSpans
-from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.report import RunSummary, say
-from otel_trackio._engine.run import RunEngine, build_run_engine, with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._offload.client import OffloadClient, portable
 from otel_trackio.sampling import StepSampler
 from otel_trackio.settings import TrackioSettings, activate_first, settings_for
+
+if TYPE_CHECKING:  # the in-process engine is imported only when an exporter runs in process
+    from otel_trackio._engine.pipeline import TracePipeline
+    from otel_trackio._engine.run import RunEngine
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -114,6 +117,8 @@ class TrackioSpanExporter(SpanExporter):
                     why_not,
                 )
         if self._offload is None:
+            from otel_trackio._engine.run import build_run_engine
+
             self._engine = build_run_engine(
                 settings,
                 sink=self._sink,

@@ -38,7 +38,7 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from otel_trackio._engine.run import with_offload_resolved
+from otel_trackio._engine.offload import with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio._offload.client import OffloadClient, portable
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter

@@ -6,15 +6,10 @@ in-process :class:`~otel_trackio.TrackioSpanExporter`, the offload writer proces
 the OTLP receiver and a lone :class:`~otel_trackio.TrackioLogExporter` all build theirs with
 :func:`build_run_engine`; the transports around it (the SDK export call, the spool, OTLP/HTTP)
 only move records into it.
-
-The offload decision is made here too (:func:`offload_enabled`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,11 +22,8 @@ from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import PROCESS_STEPS
-from otel_trackio.environment_variables import OTEL_EXPORTER_TRACKIO_OFFLOAD
 from otel_trackio.metric_exporter import TrackioMetricExporter
-from otel_trackio.settings import TrackioConfigError, TrackioSettings
-
-_logger = logging.getLogger("otel_trackio")
+from otel_trackio.settings import TrackioSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricsData
@@ -146,30 +138,3 @@ def build_run_engine(
             pipeline.close()
             raise
     return RunEngine(settings, transport, sink, pipeline, metrics, decode_metrics)
-
-
-def offload_enabled(settings: TrackioSettings) -> bool:
-    """Whether spans go through a spool and a writer process: the ``offload`` setting; when None,
-    the ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable; else on — for ``configure()``, the zero-code
-    setup and a span exporter built by hand alike.
-
-    On by default everywhere because that is what keeps the rollout cheap: in the asyncio
-    agent-loop benchmark (``bench/bench_asyncio.py``) the in-process exporter adds ~140-300 µs
-    of rollout-process CPU per span (conversion and Trackio writes on the export thread), the
-    offloading one ~15-25 µs. A malformed variable is warned about and taken as unset.
-    """
-    if settings.offload is not None:
-        return settings.offload
-    raw = os.environ.get(OTEL_EXPORTER_TRACKIO_OFFLOAD, "").strip()
-    if not raw:
-        return True
-    try:
-        return bool(TrackioSettings.from_env({OTEL_EXPORTER_TRACKIO_OFFLOAD: raw}).offload)
-    except TrackioConfigError as exc:
-        _logger.warning("otel-trackio: %s; offloading", exc)
-        return True
-
-
-def with_offload_resolved(settings: TrackioSettings) -> TrackioSettings:
-    """``settings`` with ``offload`` set to what :func:`offload_enabled` decides."""
-    return dataclasses.replace(settings, offload=offload_enabled(settings))

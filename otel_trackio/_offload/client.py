@@ -43,7 +43,7 @@ from otel_trackio._engine.sink import TrackioSink, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import latest_step
 from otel_trackio._engine.warn import Warnings
-from otel_trackio._offload.writer import (
+from otel_trackio._offload.protocol import (
     CONFIG_FILE,
     OPEN_FAILED,
     OpenedReport,

@@ -31,7 +31,6 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,67 +40,21 @@ from otel_trackio._codec.sdk_metrics import decode_sdk_metrics
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
-from otel_trackio._engine.sink import OpenedElsewhere, TrackioSink, join_run
+from otel_trackio._engine.sink import TrackioSink, join_run
 from otel_trackio._engine.steps import note_step
+from otel_trackio._offload.protocol import (
+    CONFIG_FILE,
+    OPEN_FAILED,
+    OPENED_FILE,
+    STOPPED,
+    WriterConfig,
+    write_atomically,
+)
 from otel_trackio._spool.drain import BACKOFF_SECONDS, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_root
 from otel_trackio._spool.segments import is_locked
-from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
-
-CONFIG_FILE = "writer.pickle"
-OPENED_FILE = "opened.json"
-"""What the writer reports once it has the run: ``{"name", "id", "banner"}`` (``banner``: what
-``trackio.init`` printed, for the rollout's terminal), or ``{"error"}``."""
-STOPPED = 3
-"""Exit status of a writer stopped by a signal with data left in its spool."""
-OPEN_FAILED = 4
-"""Exit status of a writer that could not open the run (the reason is in :data:`OPENED_FILE`);
-it is not started again."""
-
-
-@dataclass(frozen=True)
-class WriterConfig:
-    """What the rollout process tells its writer (pickled into the spool directory).
-
-    ``run_id`` None: the rollout process has not opened the run; the writer opens it (with
-    ``name`` None, Trackio picks the name) and writes the name and id back here."""
-
-    settings: TrackioSettings
-    project: str
-    name: str | None
-    parent_pid: int
-    run_id: str | None = None
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` (a reader sees the old or the new file, never a part)."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
-
-
-@dataclass(frozen=True)
-class OpenedReport:
-    """The writer's report on opening the run: the run, and what Trackio printed meanwhile."""
-
-    run: OpenedElsewhere
-    banner: str = ""
-
-
-def read_opened(path: Path) -> OpenedReport | str | None:
-    """The run the writer of spool ``path`` opened, the reason it could not (a string), or None
-    while it has not said yet."""
-    try:
-        report: dict[str, Any] = json.loads((path / OPENED_FILE).read_bytes())
-    except (FileNotFoundError, ValueError):
-        return None
-    if "error" in report:
-        return str(report["error"])
-    run = OpenedElsewhere(str(report["name"]), report.get("id"))
-    return OpenedReport(run, str(report.get("banner") or ""))
-
 
 def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
     """Open or join the run, and say which it is (:data:`OPENED_FILE`, the config)."""

@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _drain(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from otel_trackio._offload.writer import CONFIG_FILE
+    from otel_trackio._offload.protocol import CONFIG_FILE
     from otel_trackio._offload.writer import main as drain_offload_spool
     from otel_trackio.receiver._routing import Router
     from otel_trackio.settings import TrackioSettings
