@@ -16,6 +16,8 @@ Arms, each in a fresh process (no warm caches or threads carried over), alternat
   pays that imports Trackio itself; with offload (the default) otel-trackio never imports it in
   the rollout process — the writer process opens the run;
 * ``configure``     — ``otel_trackio.configure()`` (defaults: offload to a writer process);
+* ``configure-gc-freeze`` — ``configure(gc_freeze=True)``: the objects alive after setup are
+  frozen out of the garbage collector's view;
 * ``configure-inproc`` — ``configure(offload=False)`` (conversion and Trackio writes here);
 * ``hand-built``    — ``BatchSpanProcessor(TrackioSpanExporter(project, name))``, the README's
   "By hand" path with the exporter's own defaults.
@@ -47,7 +49,14 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-ARMS = ("noop", "noop-trackio", "configure", "configure-inproc", "hand-built")
+ARMS = (
+    "noop",
+    "noop-trackio",
+    "configure",
+    "configure-gc-freeze",
+    "configure-inproc",
+    "hand-built",
+)
 STEPS = 8
 CONCURRENCY = 256
 MODEL_CALLS = 3
@@ -172,10 +181,14 @@ def run_arm(arm: str) -> dict[str, Any]:
             provider.add_span_processor(
                 BatchSpanProcessor(w.NoOpSpanExporter(), max_queue_size=queue)
             )
-        elif arm in ("configure", "configure-inproc"):
+        elif arm.startswith("configure"):
             import otel_trackio
 
-            options: dict[str, Any] = {} if arm == "configure" else {"offload": False}
+            options: dict[str, Any] = {
+                "configure": {},
+                "configure-gc-freeze": {"gc_freeze": True},
+                "configure-inproc": {"offload": False},
+            }[arm]
             handle = otel_trackio.configure(PROJECT, name, **options)
             provider = trace.get_tracer_provider()
         elif arm == "hand-built":

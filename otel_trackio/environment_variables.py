@@ -87,6 +87,9 @@ OTEL_EXPORTER_TRACKIO_SUMMARY = "OTEL_EXPORTER_TRACKIO_SUMMARY"
 """``false``: no summary at shutdown (samples logged, partial, lost, the command to open them)
 and no note when a sampler starts leaving samples out. Default ``true``."""
 
+OTEL_EXPORTER_TRACKIO_GC_FREEZE = "OTEL_EXPORTER_TRACKIO_GC_FREEZE"
+"""``true``: ``configure()`` ends with ``gc.collect(); gc.freeze()``. Default ``false``."""
+
 OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS = "OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS"
 """How long a completed sample waits for spans and log events arriving after its root. Default: 0 in
 process (2 with a log exporter), 5 in the OTLP receiver."""

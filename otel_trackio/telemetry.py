@@ -11,6 +11,7 @@ exporter: the same project and run return the existing handle, a different one r
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import threading
 from collections.abc import Sequence
@@ -560,6 +561,9 @@ def configure(
             request,
         )
         _active = handle
+        if chosen.gc_freeze:  # everything set up and imported: out of the collector's way
+            gc.collect()
+            gc.freeze()
         # Registered after trackio.init()'s own exit hook, so it runs first: everything is
         # logged before Trackio finishes the run at exit.
         atexit.register(handle.shutdown)

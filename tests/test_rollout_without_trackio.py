@@ -222,3 +222,25 @@ def test_zero_code_spans_and_metrics_go_through_the_writer_too(project, trackio_
     assert SQLiteStorage.get_runs(project) == ["zero"]
     assert _keys(read_traces(project, "zero")) == [(s, i) for s in range(2) for i in range(4)]
     assert _scalars(project, "zero", "rollout.reward/mean") == {0: 0.375, 1: 0.375}
+
+
+def test_gc_freeze_is_opt_in_and_freezes_what_configure_leaves(project, trackio_dir):
+    script = textwrap.dedent(
+        f"""
+        import gc, sys
+        import otel_trackio
+        handle = otel_trackio.configure({project!r}, "frozen", gc_freeze=sys.argv[1] == "on")
+        print("frozen:", gc.get_freeze_count() > 0)
+        handle.shutdown()
+        """
+    )
+    for flag, expected in (("on", "True"), ("off", "False")):
+        result = subprocess.run(
+            [sys.executable, "-c", script, flag],
+            env={**os.environ, "TRACKIO_DIR": trackio_dir, **OFFLOAD_DEFAULT},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        assert _said(result.stdout, "frozen:") == expected
