@@ -1,6 +1,7 @@
 """The writer process of ``offload=True``: ``python -m otel_trackio._offload SPOOL_DIR``.
 
-Started (as a fresh interpreter, never a fork, at a lower CPU priority: ``nice`` 10) by
+Started (as a fresh interpreter, never a fork; at the lowest CPU priority, ``nice`` 19, once the
+run is open) by
 :class:`~otel_trackio._offload.client.OffloadClient`. Unless the rollout process holds the run
 itself (given or active there), the writer is the one that opens it (``trackio.init`` with the
 user's options), so the rollout process never imports Trackio; it reports the run it opened in
@@ -55,6 +56,10 @@ from otel_trackio._spool.paths import remove_spool, spool_root
 from otel_trackio._spool.segments import is_locked
 
 _logger = logging.getLogger("otel_trackio")
+
+NICENESS = 19
+"""The writer's CPU priority once the run is open: the lowest, so that on a machine with no core
+to spare the rollout's threads (and anything else) run first; the spool holds what waits."""
 
 def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
     """Open or join the run, and say which it is (:data:`OPENED_FILE`, the config)."""
@@ -134,10 +139,6 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0])
     orphaned = "--orphan" in args[1:]
-    if not orphaned:
-        # The rollout comes first: on a busy machine the writer takes the CPU it leaves.
-        with contextlib.suppress(OSError):
-            os.nice(10)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     with open(path / CONFIG_FILE, "rb") as handle:
         config: WriterConfig = pickle.load(handle)
@@ -149,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             write_atomically(path / OPENED_FILE, json.dumps({"error": f"{exc}"}).encode())
         _logger.error("otel-trackio writer: could not open the Trackio run: %r", exc)
         return OPEN_FAILED
+    if not orphaned:
+        # The rollout comes first: on a busy machine the writer takes the CPU it leaves. (After
+        # opening the run, which the rollout process waits for.)
+        with contextlib.suppress(OSError):
+            os.nice(NICENESS)
     registry = OpenSampleRegistry()
     own = build_run_engine(
         settings,
