@@ -88,13 +88,21 @@ def test_workers_log_events_join_their_samples_whatever_arrives_first(
 ):
     receiver = start_receiver()
     samples = 5
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, receiver.url, str(k), str(samples), order],
-            env={**os.environ, "OTEL_SDK_DISABLED": "false"},
+    workers = []
+    for k, order in enumerate(orders):
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, receiver.url, str(k), str(samples), order],
+                env={**os.environ, "OTEL_SDK_DISABLED": "false"},
+            )
         )
-        for k, order in enumerate(orders)
-    ]
+        # The next worker once the run has shown log events: from then on its samples wait
+        # for them. (Before that a sample goes out as soon as the receiver has its spans;
+        # test_receiver_grace.py pins what a log event arriving after it does.)
+        deadline = time.monotonic() + 120
+        while not receiver.router.default.spans.log_events:
+            assert time.monotonic() < deadline, "no log event reached the receiver"
+            time.sleep(0.02)
     assert [w.wait(timeout=120) for w in workers] == [0] * len(orders)
     receiver.stop()
 
@@ -272,6 +280,7 @@ def test_protobuf_and_retried_requests(project, start_receiver):
     assert json_format.MessageToDict(message)  # the JSON helper and protobuf agree
     data = gzip.compress(message.SerializeToString())
     headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
+
     def send() -> None:
         response = requests.post(receiver.url + "/v1/logs", data=data, headers=headers, timeout=30)
         assert response.status_code == 200
@@ -342,9 +351,7 @@ def test_official_opentelemetry_proto_examples_of_all_three_signals(project, sta
     assert (totals["log_records"], totals["log_events"]) == (2, 0)
 
 
-def test_the_official_log_example_as_a_genai_event_joins_the_example_span(
-    project, start_receiver
-):
+def test_the_official_log_example_as_a_genai_event_joins_the_example_span(project, start_receiver):
     """logs.json carries the trace and span id of trace.json's span and no trace flags (they
     are optional in OTLP): renamed as a GenAI event and sent first, it joins that span."""
     receiver = start_receiver()

@@ -25,8 +25,12 @@ from typing import Any
 import pytest
 from trackio.sqlite_storage import SQLiteStorage
 
-from otel_trackio._core.records import SpanRecord
-from otel_trackio._engine.grace import RECEIVER_GRACE_SECONDS, GracePolicy
+from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
+from otel_trackio._engine.grace import (
+    LOG_GRACE_SECONDS,
+    RECEIVER_GRACE_SECONDS,
+    GracePolicy,
+)
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
 from otel_trackio._engine.sink import TrackioSink
@@ -81,13 +85,15 @@ def pipeline_of(project: str) -> Iterator[Any]:
     """Build pipelines over a real sink of ``project``/``RUN``; all closed at the end."""
     built: list[TracePipeline] = []
 
-    def build(grace: float = 0.0, clock: Clock | None = None) -> TracePipeline:
+    def build(
+        grace: float = 0.0, clock: Clock | None = None, policy: GracePolicy | None = None
+    ) -> TracePipeline:
         settings = TrackioSettings(project=project, name=RUN)
         sink = TrackioSink(project, RUN)
         pipeline = TracePipeline(
             settings,
             sink,
-            grace=GracePolicy(explicit=grace),
+            grace=policy or GracePolicy(explicit=grace),
             open_samples=None,
             clock=clock if clock is not None else Clock(),
         )
@@ -164,6 +170,104 @@ def test_a_completed_sample_is_logged_only_after_its_grace_period(project, pipel
     assert pipeline.assembler.held_samples == 0
 
 
+# -- the receiver's quick phase (see otel_trackio._engine.grace) ---------------------------------
+
+RECEIVER = GracePolicy(receiver=True)  # the OTLP receiver's default
+
+
+def test_in_the_receivers_quick_phase_a_sample_goes_out_once_what_came_with_it_is_in(
+    project, pipeline_of
+):
+    clock = Clock()  # moved by hand, never past a grace period
+    pipeline = pipeline_of(clock=clock, policy=RECEIVER)
+    began = clock.now - 0.1  # a request begun before the sample completed
+    assert pipeline.add(_sample(1, 0, trace_id=1))
+    assert pipeline.settling and pipeline.assembler.held_samples == 1
+    assert not _stored(project)
+    clock.now += 0.01
+    assert pipeline.settle(began)  # that request may carry its spans: not yet
+    assert not _stored(project)
+    # Every request begun by now has reached the pipeline: the sample goes out.
+    assert pipeline.settle(clock.now)
+    assert _counts(project) == Counter({(1, 0): 1})
+    assert not pipeline.settling
+    # Never settled (a request that never ends): the grace period.
+    assert pipeline.add(_sample(1, 1, trace_id=2))
+    clock.now += RECEIVER_GRACE_SECONDS - 0.01
+    assert pipeline.expire()
+    assert _counts(project) == Counter({(1, 0): 1})
+    clock.now += 0.02
+    assert pipeline.expire()
+    assert _counts(project) == Counter({(1, 0): 1, (1, 1): 1})
+
+
+def test_a_span_joining_a_held_sample_ends_the_quick_phase(project, pipeline_of):
+    clock = Clock()
+    pipeline = pipeline_of(clock=clock, policy=RECEIVER)
+    child, root = _sample(1, 0, trace_id=1)
+    assert pipeline.add([child, root])
+    # A span of the sample after its root (a request the receiver was still taking, from
+    # another process or the same one): it joins, and the run's spans have shown they trail.
+    joining = SpanRecord(1, root.span_id + 2, "chat", 2, 8, parent_id=root.span_id)
+    assert pipeline.add([joining])
+    assert pipeline.assembler.trailing_seen
+    clock.now += 0.01
+    assert pipeline.settle(clock.now)
+    assert not _stored(project)  # held for the grace period now
+    clock.now += RECEIVER_GRACE_SECONDS
+    assert pipeline.expire()
+    [trace] = _stored(project)
+    assert len(trace["spans"]) == 3 and not trace["metadata"].get("partial")
+
+
+def test_log_events_hold_the_receivers_samples_and_a_late_one_ends_the_quick_phase(
+    project, pipeline_of
+):
+    clock = Clock()
+    pipeline = pipeline_of(clock=clock, policy=RECEIVER)
+    child, root = _sample(1, 0, trace_id=1)
+    assert pipeline.add([child, root])
+    clock.now += 0.01
+    assert pipeline.settle(clock.now)
+    assert _counts(project) == Counter({(1, 0): 1})
+    # Its log event after it went out: a continuation; log events feed the run from now on,
+    # and they have shown they can trail a sample.
+    event = LogEventRecord(1, child.span_id, EventRecord("gen_ai.user.message", 5, from_log=True))
+    assert pipeline.add_events([event])
+    assert pipeline.log_events and pipeline.assembler.trailing_seen
+    assert _counts(project) == Counter({(1, 0): 2})
+    assert pipeline.add(_sample(1, 1, trace_id=2))
+    completed = clock.now
+    clock.now += 0.01
+    # No longer: the receiver holding every span sent is not enough.
+    assert pipeline.settle(clock.now)
+    clock.now += LOG_GRACE_SECONDS + 0.5
+    assert pipeline.expire()
+    assert _counts(project) == Counter({(1, 0): 2})  # the whole grace period, not the log one
+    clock.now = completed + RECEIVER_GRACE_SECONDS + 0.01
+    assert pipeline.expire()
+    assert _counts(project) == Counter({(1, 0): 2, (1, 1): 1})
+
+
+def test_log_events_arriving_first_hold_the_receivers_samples_for_the_log_grace(
+    project, pipeline_of
+):
+    clock = Clock()
+    pipeline = pipeline_of(clock=clock, policy=RECEIVER)
+    child, root = _sample(1, 0, trace_id=1)
+    event = LogEventRecord(1, child.span_id, EventRecord("gen_ai.user.message", 5, from_log=True))
+    assert pipeline.add_events([event])  # before its span: it waits for it
+    assert pipeline.add([child, root])
+    clock.now += 0.01
+    assert pipeline.settle(clock.now)
+    assert not _stored(project)  # the next sample's events may still be on their way
+    clock.now += LOG_GRACE_SECONDS + 0.01
+    assert pipeline.expire()
+    [trace] = _stored(project)
+    assert not trace["metadata"].get("partial")
+    assert not pipeline.assembler.trailing_seen  # events before their span trail nothing
+
+
 def test_the_timer_logs_held_samples_when_no_more_data_comes(project, pipeline_of):
     clock = Clock()  # stands still until the test lets it run
     pipeline = pipeline_of(grace=0.05, clock=clock)
@@ -171,9 +275,10 @@ def test_the_timer_logs_held_samples_when_no_more_data_comes(project, pipeline_o
     assert pipeline.assembler.held_samples == 1
     assert not _stored(project)  # the clock stands still: the grace period cannot end
     clock.real = True  # time passes; nobody calls the pipeline again
-    _wait_for(lambda: _counts(project) == Counter({(3, 0): 1}), "the timer to log the sample")
+    # Stored, then counted: wait for both (the timer thread does the second after the first).
+    _wait_for(lambda: pipeline.stats.samples_logged == 1, "the timer to log the sample")
+    assert _counts(project) == Counter({(3, 0): 1})
     assert pipeline.assembler.held_samples == 0
-    assert pipeline.stats.samples_logged == 1
 
 
 @TRACKIO_WRITE_WARNING

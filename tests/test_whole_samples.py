@@ -83,13 +83,33 @@ def _split_samples(traces: list[dict]) -> int:
 
 
 def test_receiver_children_after_their_root_join_it_within_the_grace_period(project):
-    spans = _sample_spans(48)
+    spans = _sample_spans(49)
+    first = spans[-4:]  # sample 48: its children, then its root (the order they ended)
     receiver = OTLPReceiver(project, "grace", port=0, summary_interval=0).start()
     try:
-        _post_root_first(receiver.url, spans, requests_in_parallel=24)
+        # The run's first sample, its children sent after its root was answered: it goes out
+        # as soon as the receiver has the root (its quick phase), so they come as continuations
+        # (the known gap) — or join it, when their request began before it went out — and show
+        # that this run's spans trail their root.
+        _post_root_first(receiver.url, first, requests_in_parallel=1)
+        deadline = time.monotonic() + 60
+        while not receiver.router.default.spans.assembler.trailing_seen:
+            assert time.monotonic() < deadline, "the late children were not seen"
+            time.sleep(0.02)
+        # From then on every sample waits for the grace period: children after their root join.
+        _post_root_first(receiver.url, spans[:-4], requests_in_parallel=24)
     finally:
         receiver.stop()
     traces = read_traces(project, "grace")
+    head, *late = sorted(
+        (t for t in traces if t["metadata"]["sample_index"] == 48),
+        key=lambda t: bool(t["metadata"].get("partial")),
+    )
+    assert "rollout" in [s["name"] for s in head["spans"]]
+    assert all(t["metadata"]["partial_reason"] == "late" for t in late)
+    names = sorted(s["name"] for t in [head, *late] for s in t["spans"])
+    assert names == ["child-0", "child-1", "child-2", "rollout"]  # each span once
+    traces = [t for t in traces if t["metadata"]["sample_index"] != 48]
     assert len(traces) == 48
     assert sorted(t["metadata"]["sample_index"] for t in traces) == list(range(48))
     for trace in traces:
@@ -274,13 +294,14 @@ WORKER = textwrap.dedent(
 )
 
 
-def _run_workers(url: str, workers: int, samples: int) -> None:
+def _run_workers(url: str, workers: int, samples: int, first: int = 0) -> None:
+    """``workers`` worker processes (numbered from ``first``), ``samples`` samples each."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WORKER, url, str(w), str(samples), MODEL_SERVER], env=env
         )
-        for w in range(workers)
+        for w in range(first, first + workers)
     ]
     assert [p.wait(timeout=120) for p in procs] == [0] * workers
 
@@ -290,10 +311,25 @@ def test_official_exporter_across_processes_gives_whole_samples(project, grace, 
     options = {} if grace is None else {"sample_grace_seconds": grace}
     receiver = OTLPReceiver(project, "procs", port=0, summary_interval=0, **options).start()
     try:
+        if grace is None:
+            # The receiver's quick phase lets a sample go once its own process's spans are in,
+            # until the run shows spans of one sample from two processes: a first worker's
+            # samples show it (the first ones may come out split: the known gap), then every
+            # sample waits for the grace period.
+            _run_workers(receiver.url, workers=1, samples=2, first=12)  # samples 24 and 25
+            deadline = time.monotonic() + 60
+            while not receiver.router.default.spans.assembler.trailing_seen:
+                assert time.monotonic() < deadline, "the run did not show two processes"
+                time.sleep(0.02)
         _run_workers(receiver.url, workers=3, samples=8)
     finally:
         receiver.stop()
     traces = read_traces(project, "procs")
+    if grace is None:
+        first = [t for t in traces if t["metadata"].get("sample_index") in (24, 25)]
+        names = sorted(s["name"] for t in first for s in t["spans"])
+        assert names == ["chat policy", "chat policy", "reward", "reward", "rollout", "rollout"]
+        traces = [t for t in traces if t not in first]
     split = _split_samples(traces)
     with capsys.disabled():
         print(f"\n[cross-process, grace={grace}] 24 samples -> {len(traces)} rows, {split} split")

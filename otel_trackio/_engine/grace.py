@@ -3,21 +3,34 @@
 Decided here only. An explicit ``sample_grace_seconds`` always wins; without it the default
 depends on the path: 0 in process (one process's ``BatchSpanProcessor`` delivers a sample's
 children before its root), :data:`LOG_GRACE_SECONDS` once GenAI log events feed the pipeline,
-and in the OTLP receiver :data:`QUICK_GRACE_SECONDS` until the run shows spans trailing their
-root, :data:`RECEIVER_GRACE_SECONDS` from then on.
+and in the OTLP receiver a *quick phase* until the run shows its data trailing a sample's root,
+:data:`RECEIVER_GRACE_SECONDS` from then on.
 
-The receiver's rule, measured: one process's SDK exporter delivers a sample's spans children
-first (they end first, and its ``BatchSpanProcessor`` sends in order), so holding its samples 5 s
-only delays them (``bench/bench_receiver.py`` 6b: 5.1 s from root to queryable, now well under
-1 s). Spans trail their root when the sample spans processes (a model server continuing the
-trace) or something reorders them (concurrent batches, a Collector). So a run's samples are held
-:data:`QUICK_GRACE_SECONDS` until one of them shows it — spans of one sample from more than one
-process (another resource, a remote parent inside the sample), a span joining a held sample, a
-span arriving after its sample went out — and then, for every sample held at that moment and
-after, the full grace (see :class:`~otel_trackio._core.assembly.SampleAssembler`). What it cannot
-see coming: the very first sample of a run whose other-process spans trail its root by more than
-the quick grace comes out in two rows (the trailing spans as a ``late`` continuation with the
-sample's identity); ``--sample-grace-seconds`` holds every sample from the start.
+The receiver's rule, measured. One process's SDK exporter delivers a sample's spans children
+first (they end first, and its ``BatchSpanProcessor`` sends in order), so in the quick phase a
+completed sample goes out as soon as every request the receiver had begun taking before the sample
+completed has been handed over to its pipeline
+(:meth:`~otel_trackio._engine.pipeline.TracePipeline.settle`; the drain notes when the oldest
+request still being taken began and where the spool ends, and settles once it has handed the
+spool over that far), at the latest after the grace period (requests that never end).
+``bench/bench_receiver.py`` 6b/6c: root to queryable p99 0.15-0.6 s, quiet to busy (0.7-1.0 s
+with a 0.5 s timer, 5.1 s with the 5 s grace). Waiting for those requests rather than for a
+timer keeps one client's concurrent batches whole: the OTel JS SDK's ``forceFlush`` sends all its
+batches at once; a fixed 0-0.2 s wait split 1-2 of 2,000 samples nearly every burst, this rule
+none in 12 bursts of 2,800.
+
+Spans trail their root when the sample spans processes (a model server continuing the trace),
+or one client's batches go concurrently or are retried, or a Collector reorders them. So a run is
+quick until one of its samples shows it — spans of one sample from more than one process (another
+resource, a remote parent inside the sample), a span joining a held sample, a span or a GenAI log
+event arriving after its sample went out — and then, for every sample held at that moment and
+after, the full grace (see :class:`~otel_trackio._core.assembly.SampleAssembler`).
+Once GenAI log events feed a run, its samples wait for them (:data:`LOG_GRACE_SECONDS`): they
+come through another processor on its own schedule, so a receiver holding every span sent may not
+hold their events yet. What it cannot see coming: the first samples of a run whose spans from
+another process, or whose log events, all come after the receiver had the rest come out in two
+rows (the trailing part a ``late`` continuation with the sample's identity);
+``--sample-grace-seconds`` holds every sample from the start.
 """
 
 from __future__ import annotations
@@ -31,11 +44,6 @@ RECEIVER_GRACE_SECONDS = 5.0
 (``OTEL_BSP_SCHEDULE_DELAY``, 5 s), the longest a span of another process sharing the sample's
 trace can trail its root when both use the SDK defaults. Concurrent batches of one client and
 Collector batches (200 ms) trail by far less."""
-
-QUICK_GRACE_SECONDS = 0.5
-"""The OTLP receiver's grace period until its run shows spans trailing their root: covers a
-Collector's batching (200 ms by default) and a client's batches arriving out of order, and keeps a
-single-process client's samples queryable within a second of their root."""
 
 LOG_GRACE_SECONDS = 2.0
 """The in-process grace period once a log exporter feeds the pipeline: a GenAI log event is
@@ -69,11 +77,21 @@ class GracePolicy:
         return max(base, LOG_GRACE_SECONDS) if log_events else base
 
     def quick_seconds(self, *, log_events: bool = False) -> float | None:
-        """The grace period until the run shows spans trailing their root (None: no such phase,
-        :meth:`seconds` from the start): the receiver's default only."""
+        """The longest a completed sample waits until the run shows its data trailing a
+        sample's root (None: no such phase, :meth:`seconds` from the start; the receiver's
+        default only): :data:`LOG_GRACE_SECONDS` once GenAI log events feed the run, else the
+        grace period, which settling (:meth:`settles`) cuts short."""
         if self.explicit is not None or not self.receiver:
             return None
-        return max(QUICK_GRACE_SECONDS, LOG_GRACE_SECONDS) if log_events else QUICK_GRACE_SECONDS
+        return LOG_GRACE_SECONDS if log_events else RECEIVER_GRACE_SECONDS
+
+    def settles(self, *, log_events: bool = False) -> bool:
+        """Whether a sample in the quick phase goes out once the receiver has handed over every
+        request begun before it completed (:meth:`TracePipeline.settle`) rather than after
+        :meth:`quick_seconds`: the receiver's default, until GenAI log events feed the run
+        (they come through another processor on its own schedule, so a receiver holding every
+        span sent may not hold their events yet)."""
+        return self.quick_seconds() is not None and not log_events
 
 
 def grace_seconds(settings: TrackioSettings, *, receiver: bool, log_events: bool = False) -> float:

@@ -66,6 +66,8 @@ class TracePipeline:
         self.settings = settings
         self.sink = sink
         self.grace = grace if grace is not None else GracePolicy.of(settings)
+        # GenAI log events feed this pipeline (see expect_log_events).
+        self.log_events = False
         self.assembler = SampleAssembler(
             settings,
             grace_seconds=self.grace.seconds(),
@@ -132,13 +134,19 @@ class TracePipeline:
     def expect_log_events(self) -> None:
         """A log exporter feeds this pipeline too: a completed sample now waits for log events
         of its spans (they travel through another processor and may come after the root) as
-        long as the grace policy says (:data:`LOG_GRACE_SECONDS` unless set)."""
+        long as the grace policy says (:data:`LOG_GRACE_SECONDS` unless set). The first log
+        events to arrive do the same (the OTLP receiver learns it from its traffic)."""
         self._lock.acquire()
         try:
-            self.assembler.grace_seconds = self.grace.seconds(log_events=True)
-            self.assembler.quick_grace_seconds = self.grace.quick_seconds(log_events=True)
+            self._expect_log_events()
         finally:
             self._unlock()
+
+    def _expect_log_events(self) -> None:
+        """:meth:`expect_log_events`, lock held."""
+        self.log_events = True
+        self.assembler.grace_seconds = self.grace.seconds(log_events=True)
+        self.assembler.quick_grace_seconds = self.grace.quick_seconds(log_events=True)
 
     def _take(
         self,
@@ -182,6 +190,8 @@ class TracePipeline:
         events: list[LogEventRecord] = self._gate.take_inbox()
         if not events:
             return []
+        if not self.log_events:
+            self._expect_log_events()
         self.stats.log_events_received += len(events)
         return self.assembler.add_events(events)
 
@@ -318,6 +328,25 @@ class TracePipeline:
             return False
         finally:
             self._unlock()
+
+    @property
+    def settling(self) -> bool:
+        """True when :meth:`settle` may release something: samples held in the quick phase of
+        the receiver's grace. A few plain reads (the caller is the one adding spans)."""
+        return (
+            not self._closed
+            and self.grace.settles(log_events=self.log_events)
+            and self.assembler.settles
+        )
+
+    def settle(self, received: float) -> bool:
+        """The OTLP receiver's word: every request begun before ``received`` (monotonic, this
+        pipeline's clock) has reached this pipeline. Log, durably, the samples of the quick
+        phase that completed before then: they hold all their client sent with them (see
+        :class:`GracePolicy`). False on a failure (warned); never raises."""
+        if not self.settling:
+            return True
+        return self._take(lambda: self.assembler.settle(received), "settled samples", None)
 
     # -- stages -------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,11 @@ class Drainer:
         fsync: the spool's fsync policy (see :data:`~.segments.FSYNC_POLICIES`): anything
             but ``never`` forces the segments a checkpoint covers, then the checkpoint, to
             the disk.
+        receiving: when (monotonic) the oldest request the producer is still taking began,
+            None when it takes none (the OTLP receiver): every request begun before that is in
+            the spool. With it, the drainer notes that moment and where the spool ends, and
+            once it has handed the spool over that far it *settles* the pipelines (see
+            :meth:`TracePipeline.settle`): every request begun before it is in them.
     """
 
     def __init__(
@@ -137,6 +143,7 @@ class Drainer:
         open_roots: OpenSampleRegistry | None = None,
         cycle_bytes: int = 1024 * 1024,
         fsync: str = "cycle",
+        receiving: Callable[[], float | None] | None = None,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy {fsync!r}: expected one of {FSYNC_POLICIES}")
@@ -145,6 +152,10 @@ class Drainer:
         self._destination = destination
         self._open_roots = open_roots
         self._cycle_bytes = cycle_bytes
+        self._receiving = receiving
+        # Notes (moment, position): every request begun before the moment is in the spool
+        # before the position (see receiving), oldest first.
+        self._received: deque[tuple[float, Position]] = deque()
         self._lock = Lock(self.path / "drain.lock")
         if not self._lock.acquire():
             raise RuntimeError(f"another process is draining the spool {self.path}")
@@ -404,9 +415,11 @@ class Drainer:
                     self._wait_out_stall(stop)
                     continue
                 gone = producer_gone()
-                if self.cycle(finished=gone, stop=stop):
-                    continue
-                if self.stalled is not None:
+                self._note_received()
+                handed = self.cycle(finished=gone, stop=stop)
+                if self.stalled is not None or not self._settle():
+                    continue  # a write failed: stalled, retried
+                if handed:
                     continue
                 if self.producer_closed or gone:
                     return
@@ -421,6 +434,33 @@ class Drainer:
                 self._wait_out_stall(stop)
                 continue
             stop.wait(idle_seconds)
+
+    def _note_received(self) -> None:
+        """Note what the producer has received (see ``receiving``), while a pipeline holds
+        samples that settling would release (a sample needs a note taken after it completed)."""
+        if self._receiving is None or not any(p.settling for p in self._pipelines):
+            return
+        oldest = self._receiving()
+        received = time.monotonic() if oldest is None else oldest
+        end = end_of_spool(self.path)  # read after: what was received by then is before it
+        if self._received and self._received[-1][1] == end:
+            self._received.pop()  # nothing appended since: the later moment says more
+        self._received.append((received, end))
+
+    def _settle(self) -> bool:
+        """Settle the pipelines with the latest moment whose requests are all handed over;
+        False, stalled, when a write failed."""
+        received = None
+        while self._received and self._received[0][1] <= self.position:
+            received = self._received.popleft()[0]
+        if received is None:
+            return True
+        ok = True
+        for pipeline in self._pipelines:
+            ok = pipeline.settle(received) and ok
+        if not ok:
+            self._stall("Trackio's storage is not taking writes")
+        return ok
 
     def _wait_out_stall(self, stop: threading.Event) -> None:
         self._report_stall()

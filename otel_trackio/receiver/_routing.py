@@ -33,6 +33,7 @@ from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.paths import receiver_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import Producer, SpoolFull, holds_segments
 from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable, RoutesExhausted
+from otel_trackio.receiver._in_flight import RequestsInFlight
 from otel_trackio.receiver._limits import DEFAULT_LIMITS
 from otel_trackio.receiver._names import printable_name
 from otel_trackio.receiver._run_names import RunNames
@@ -99,13 +100,20 @@ class Router:
         # Data left by an earlier start that did not stop cleanly belongs to that start's runs:
         # resume them. Otherwise a start without --name is a fresh run.
         self.resumed = holds_segments(self.spool_path)
+        # The requests the app is taking; the drain reads them to settle the pipelines.
+        self.in_flight = RequestsInFlight()
         self.producer = Producer(
             self.spool_path, int(chosen.spool_max_mb * 1024 * 1024), fsync=chosen.spool_fsync
         )
         try:
             self._names = RunNames(self.spool_path, resume=self.resumed)
             self.default = self._route_for((project, name))
-            self._drainer = Drainer(self.spool_path, self._drain_target, fsync=chosen.spool_fsync)
+            self._drainer = Drainer(
+                self.spool_path,
+                self._drain_target,
+                fsync=chosen.spool_fsync,
+                receiving=self.in_flight.oldest,
+            )
         except BaseException:
             self.producer.close()
             raise

@@ -143,7 +143,8 @@ def create_app(
             return respond(outcome.rejected, outcome.message)
 
         async def receive(request: Request) -> Response:
-            return await handle(request, process)
+            with router.in_flight.taking():  # until answered: maybe not in the spool yet
+                return await handle(request, process)
 
         return receive
 

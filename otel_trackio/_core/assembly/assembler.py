@@ -7,7 +7,10 @@ Spans arrive children-first and across many export calls, so they wait here, gro
 until their sample's root arrives. A completed sample is then *held* for ``grace_seconds`` (0 in
 process, where children always come first) so that spans of it arriving just after their root —
 batches sent concurrently over the network, a Collector reordering them — still join it; and a
-sample whose step lives on an ancestor that has not ended yet waits for that ancestor.
+sample whose step lives on an ancestor that has not ended yet waits for that ancestor. With a
+*quick phase* (the OTLP receiver's default) a completed sample goes out as soon as its caller says
+everything sent with it has arrived (:meth:`SampleAssembler.settle`), until the run's data shows
+it can trail a sample's root (see ``quick_grace_seconds``).
 
 Nothing is lost:
 
@@ -94,11 +97,13 @@ class SampleAssembler:
     Args:
         settings: attribute names, ``sample_ttl_seconds``, ``max_buffered_spans``.
         grace_seconds: how long a completed sample waits for spans arriving after its root.
-        quick_grace_seconds: with it, completed samples wait only this long until spans of the
-            run have shown that they can trail their root — one sample's spans from several
-            processes (resources, or a remote parent inside the sample), or a span arriving after
-            its sample's root; from then on, and for the samples held at that moment,
-            ``grace_seconds`` (see :meth:`saw_trailing_spans`). None: always ``grace_seconds``.
+        quick_grace_seconds: with it, a *quick phase*: completed samples wait at most this
+            long (or until :meth:`settle`: everything sent with them has arrived) until the run
+            has shown that its data can trail a sample's root — one sample's spans from several
+            processes (resources, or a remote parent inside the sample), a span joining a held
+            sample, a span or log event arriving after its sample went out; from then on,
+            and for the samples held at that moment, ``grace_seconds`` (see
+            :meth:`saw_trailing_spans`). None: always ``grace_seconds``.
         open_samples: where roots still open at a flush are looked up (None: nowhere).
         remembered_spans: span ids of emitted samples remembered, to place late spans.
         steps: where the latest step is read (a sample without a step takes it) and noted
@@ -240,6 +245,7 @@ class SampleAssembler:
                 self._touch(event.trace_id, now)
                 attach_events(record, [event.event])
             elif self._memory.identity_of(event.trace_id, event.span_id) is not None:
+                self.saw_trailing_spans()  # it came after its sample had gone out
                 late.setdefault((event.trace_id, event.span_id), []).append(event)
             else:
                 waiting = self._touch(event.trace_id, now).pending.setdefault(event.span_id, [])
@@ -422,7 +428,9 @@ class SampleAssembler:
                     trace.children.setdefault(span.parent_id, []).append(span.span_id)
 
     def _join(self, trace: _OpenTrace, held: _Held, record: SpanRecord) -> None:
-        """A span (and what hangs below it) arriving while its sample is held joins it."""
+        """A span (and what hangs below it) arriving while its sample is held joins it. It shows
+        that the run's spans can trail their root (another process, batches sent concurrently
+        or retried): the quick phase ends."""
         self.saw_trailing_spans()
         for span in self._take_subtree(trace, record.span_id):
             held.spans.append(span)
@@ -439,9 +447,32 @@ class SampleAssembler:
     def _quick_for_now(self) -> bool:
         return self.quick_grace_seconds is not None and not self.trailing_seen
 
+    @property
+    def settles(self) -> bool:
+        """True when :meth:`settle` may release something: samples are held in the quick phase.
+        A few plain reads, so a caller may peek without serialising."""
+        return bool(self._held) and self._quick_for_now()
+
+    def settle(self, before: float) -> list[Sample]:
+        """Everything sent with the samples that completed before ``before`` (clock time) has
+        arrived (the OTLP receiver: every request begun by then is handed over): in the quick
+        phase they go out now, those waiting for their ancestor's step excepted. Spans of
+        another process can still trail them — that is what the quick phase gambles on, and
+        the first one that does ends it."""
+        if not self._quick_for_now():
+            return []
+        out: list[Sample] = []
+        for key, held in list(self._held.items()):  # in completion order
+            if held.completed >= before:
+                break
+            if not held.waits_for_step:
+                del self._held[key]
+                out.append(self._release(held))
+        return out
+
     def saw_trailing_spans(self) -> None:
-        """Spans of this run can trail their sample's root: from now on every sample is held for
-        the whole grace period, those held at this moment included."""
+        """Spans (or GenAI log events) of this run can trail their sample's root: from now on
+        every sample is held for the whole grace period, those held at this moment included."""
         if not self._quick_for_now():
             return
         self.trailing_seen = True
