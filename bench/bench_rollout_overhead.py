@@ -80,7 +80,7 @@ def arm_in_this_process(samples: int, arm: str, latency: float, port: int) -> di
         stored = w.count_traces("bench-rollout", name) - 200  # minus the warm-up
         received = stored * w.SPANS_PER_SAMPLE
     else:
-        received = exporter.spans  # type: ignore[attr-defined]
+        received = exporter.spans - 200 * w.SPANS_PER_SAMPLE  # type: ignore[attr-defined]
     w.cleanup()
     return {"rollout": rollout, "drain": drain, "received": received}
 
