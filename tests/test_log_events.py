@@ -198,6 +198,29 @@ def test_a_retried_export_and_span_events_give_each_message_once(project):
     assert sample["messages"] == [{"role": "user", "content": "hi"}]
 
 
+def test_log_events_sent_again_after_their_sample_went_out_are_stored_once(project):
+    """A log export retried after the sample holding its events was logged (its first try's
+    answer lost), and a late one retried after its continuation was logged: no Trace twice."""
+    setup = Setup(project, sample_grace_seconds=1)
+    with setup.tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": 0}):
+        with setup.tracer.start_as_current_span("chat m", attributes=CHAT):
+            setup.say("hi")
+            early = setup.recorded.get_finished_logs()
+            setup.recorded.clear()
+            assert setup.logs.export(early) is LogRecordExportResult.SUCCESS
+            setup.say("late")
+    late = setup.recorded.get_finished_logs()
+    assert setup.spans._pipeline.flush()  # the sample goes out with its first event
+    assert setup.logs.export(early) is LogRecordExportResult.SUCCESS  # sent again
+    assert setup.logs.export(late) is LogRecordExportResult.SUCCESS  # a continuation
+    assert setup.logs.export(late) is LogRecordExportResult.SUCCESS  # sent again
+    setup.close()
+    first, continuation = read_traces(project, "r")
+    assert first["messages"] == [{"role": "user", "content": "hi"}]
+    assert continuation["metadata"]["partial_reason"] == "late"
+    assert continuation["messages"] == [{"role": "user", "content": "late"}]
+
+
 def test_the_log_exporter_keeps_the_exporter_contract(project):
     setup = Setup(project)
 

@@ -370,11 +370,6 @@ def test_the_engine_builds_one_pipeline_over_its_sink_with_the_paths_grace(proje
     assert _counts(project) == Counter({(1, 0): 1})  # shutdown logs what was held
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a sample delivered again after its Trace was logged (an OTLP client "
-    "retrying a request whose response was lost) is stored a second time",
-)
 def test_a_redelivered_sample_is_not_stored_twice(project, pipeline_of):
     pipeline = pipeline_of()
     assert pipeline.add(_sample(1, 0, trace_id=1))

@@ -569,6 +569,31 @@ def _finished(run: RunLike) -> bool:
     return isinstance(flag, threading.Event) and flag.is_set()
 
 
+def stored_steps(sink: TrackioSink) -> set[int] | None:
+    """The steps at which the sink's run has Traces in Trackio's storage now (any key): where a
+    sample sent again after a restart (its first copy stored by the process before) can be.
+    None when storage cannot be read now; empty for a remote run (see :func:`stored_span_ids`)."""
+    if is_remote(sink.run):
+        return set()
+    from trackio.sqlite_storage import SQLiteStorage
+
+    trace_steps = getattr(SQLiteStorage, "get_trace_steps", None)
+    if trace_steps is None:
+        _lost(
+            "SQLiteStorage.get_trace_steps",
+            "a sample sent again across a receiver's restart may be logged twice",
+        )
+        return set()
+    try:
+        if sink.run_name not in SQLiteStorage.get_runs(sink.project):
+            return set()
+        counts = trace_steps(sink.project, sink.run_name)
+    except Exception as exc:  # noqa: BLE001 - unreadable now: the caller retries
+        _logger.warning("otel-trackio: could not read the steps of stored traces: %r", exc)
+        return None
+    return {int(entry["step"]) for entry in counts.get("steps") or () if "step" in entry}
+
+
 def stored_span_ids(sink: TrackioSink, key: str, step: int) -> set[str] | None:
     """The span ids (16 hex digits) of every Trace stored under ``key`` at ``step`` in the
     sink's run: to tell which spans of a replayed or retried sample are stored already. None

@@ -18,8 +18,10 @@ After a crash (the drainer killed), the next drainer replays from that oldest en
 that were only in memory come back. Every sample holding a span of an entry the previous drainer
 had handed over (up to its in-flight mark; every entry present when the checkpoint is missing or
 unreadable) is checked against Trackio's storage by span id when it is released, whenever that
-is: only its spans not stored yet are logged (as a continuation when some were). So nothing is
-lost and nothing is logged twice.
+is: only its spans not stored yet are logged (as a continuation when some were). So is every
+sample whose step had Traces in storage when the drainer began: a client that sends a request
+again after the receiver was killed before answering it finds its first copy stored. So nothing
+is lost and nothing is logged twice.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +40,7 @@ from otel_trackio._codec.routes import Route
 from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
-from otel_trackio._engine.sink import stored_span_ids
+from otel_trackio._engine.sink import stored_span_ids, stored_steps
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool.segments import (
@@ -74,23 +76,32 @@ class Destination(Protocol):
 
 
 class AlreadyStored:
-    """After a crash: which spans of a released sample are in Trackio's storage already.
+    """Which spans of a released sample are in Trackio's storage already, put there by a
+    process before this one: a drainer that crashed, or a receiver killed after it stored a
+    request whose response its client never got (the client sends it again).
 
-    Asked for every sample a pipeline releases (installed for the drainer's life): a sample
-    holding a span of a replayed entry is looked up by span id in the storage of its step (once
-    per step), whatever grouping, grace period or TTL released it; only its spans not stored
-    are logged (a continuation when some were). Samples of new data pass untouched.
+    Asked for every sample a pipeline releases (installed for the drainer's life). A sample is
+    looked up by span id in the storage of its step (read once per step, a few steps kept) when
+    it holds a span of a replayed entry, or when its step had Traces in storage as this
+    drainer began (read once, at the first sample): only its spans not stored are logged (a
+    continuation when some were). What this process logs itself never needs it — the
+    assembler knows those spans (see :class:`~otel_trackio._core.assembly.SampleAssembler`) —
+    so samples of new steps pass untouched, without a read.
     """
+
+    _STEPS_KEPT = 8
 
     def __init__(self, pipeline: TracePipeline, replayed: set[int]) -> None:
         self._pipeline = pipeline
         self._replayed = replayed  # span ids of replayed entries, shared by a drainer's routes
-        self._by_step: dict[int, set[str]] = {}
+        self._steps_before: set[int] | None = None  # steps with Traces as this drainer began
+        self._by_step: OrderedDict[int, set[str]] = OrderedDict()
 
     def __call__(self, sample: Sample) -> Sample | None:
-        if not self._replayed or not any(s.span_id in self._replayed for s in sample.spans):
-            return sample
         step = sample.identity.step
+        replayed = bool(self._replayed) and any(s.span_id in self._replayed for s in sample.spans)
+        if not replayed and step not in self._stored_before():
+            return sample
         stored = self._by_step.get(step)
         if stored is None:
             pipeline = self._pipeline
@@ -98,9 +109,19 @@ class AlreadyStored:
             if stored is None:
                 return sample  # unreadable: a duplicate beats a loss
             self._by_step[step] = stored
-        for span in sample.spans:
-            self._replayed.discard(span.span_id)
+            while len(self._by_step) > self._STEPS_KEPT:
+                self._by_step.popitem(last=False)
+        else:
+            self._by_step.move_to_end(step)
+        if replayed:
+            for span in sample.spans:
+                self._replayed.discard(span.span_id)
         return missing_spans(sample, stored)
+
+    def _stored_before(self) -> set[int]:
+        if self._steps_before is None:
+            self._steps_before = stored_steps(self._pipeline.sink)
+        return self._steps_before or set()
 
 
 @dataclass(slots=True)
@@ -342,8 +363,7 @@ class Drainer:
     def _track(self, pipeline: TracePipeline) -> None:
         if pipeline not in self._pipelines:
             self._pipelines.append(pipeline)
-            if self._recovering_until is not None:
-                pipeline.stored_filter = AlreadyStored(pipeline, self._replayed)
+            pipeline.stored_filter = AlreadyStored(pipeline, self._replayed)
 
     # -- checkpoints ---------------------------------------------------------------------------
 

@@ -329,6 +329,7 @@ class Router:
             "retried_writes": sum(p.spans.stats.failed_writes for p in routes)
             + self._drainer.stats.failed_checkpoints,
             "already_stored": sum(p.spans.stats.already_stored for p in routes),
+            "resent": sum(p.spans.assembler.resent for p in routes),
             "unwritten": sum(p.spans.unwritten_samples for p in routes),
             "torn_entries": self._drainer.stats.torn_entries,
             "waiting": sum(p.spans.assembler.held_samples for p in routes),

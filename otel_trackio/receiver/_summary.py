@@ -45,13 +45,15 @@ class Summary:
 
 
 def troubles(totals: dict[str, Any]) -> str:
-    """The ", N lost, M retried, K not yet stored" part of the summary line (what is not 0)."""
+    """The ", N lost, M retried, K not yet stored, J spans sent again, kept once" part of the
+    summary line (what is not 0)."""
     parts = [
         f"{totals[key]} {label}"
         for key, label in (
             ("lost", "lost"),
             ("retried", "retried"),
             ("unwritten", "not yet stored"),
+            ("resent", "spans sent again, kept once"),
         )
         if totals.get(key)
     ]

@@ -22,6 +22,10 @@ Nothing is lost:
   the trace's root, or as partial when flushed;
 * a duplicated span id never overwrites the first span: the duplicate goes out on its own.
 
+Nothing is doubled: a span sent again — the same span id, name, start and end as one buffered,
+held or logged already (a client retrying a request whose response it never got) — is dropped and
+counted (:attr:`SampleAssembler.resent`), and so is a GenAI log event sent again.
+
 GenAI events sent as OTel log records (``LogEventRecord``, :meth:`SampleAssembler.add_events`)
 join the span they name as one more span event, whatever the order of arrival: an event whose
 span is buffered or held is attached at once; one that comes first waits in its trace (counted
@@ -48,7 +52,7 @@ from typing import Any
 
 from otel_trackio._core.assembly.events import attach_events, placeholder
 from otel_trackio._core.assembly.identity import Identifier
-from otel_trackio._core.assembly.memory import EmittedSamples
+from otel_trackio._core.assembly.memory import EmittedSamples, sent_again
 from otel_trackio._core.conventions.mlflow import normalize_attributes
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import (
@@ -138,6 +142,8 @@ class SampleAssembler:
         self._pending = 0  # log events waiting for their span
         # Log events flagged unsampled whose span never came, left out (see LogEventRecord).
         self.unsampled_events_dropped = 0
+        # Spans and log events sent again (the same as one here or logged already), dropped.
+        self.resent = 0
         # Held samples in the order they completed (so the first is due first).
         self._held: OrderedDict[tuple[int, int], _Held] = OrderedDict()
         # What was logged already (to place late spans and log events).
@@ -203,6 +209,9 @@ class SampleAssembler:
         out: list[Sample] = []
         candidates: list[SpanRecord] = []
         for record in records:
+            if self._memory.went_out(record):
+                self.resent += 1  # sent again after its sample went out
+                continue
             if not self._buffer(record, now, out):
                 continue
             trace = self._traces[record.trace_id]
@@ -244,6 +253,8 @@ class SampleAssembler:
             if trace is not None and record is not None:
                 self._touch(event.trace_id, now)
                 attach_events(record, [event.event])
+            elif self._memory.event_went_out(event):
+                self.resent += 1  # sent again after its span went out with it
             elif self._memory.identity_of(event.trace_id, event.span_id) is not None:
                 self.saw_trailing_spans()  # it came after its sample had gone out
                 late.setdefault((event.trace_id, event.span_id), []).append(event)
@@ -312,6 +323,10 @@ class SampleAssembler:
         record.attributes = normalize_attributes(record.attributes)
         trace = self._touch(record.trace_id, now)
         if record.span_id in trace.spans or record.span_id in trace.held_spans:
+            first = self._waiting_span(trace, record.span_id)
+            if first is not None and sent_again(first, record):
+                self.resent += 1  # sent again while its sample waits here
+                return False
             identity = self._identifier.identify([record], None, reason="duplicate")
             out.append(Sample([record], None, identity))
             return False
@@ -633,10 +648,11 @@ class SampleAssembler:
                 continue
             entry = by_sample.setdefault(id(identity), (identity, []))
             entry[1].append(placeholder(events, "span already logged"))
-        return [
-            Sample(spans, None, dataclasses.replace(identity, partial_reason="late"))
-            for identity, spans in by_sample.values()
-        ]
+        out: list[Sample] = []
+        for identity, spans in by_sample.values():
+            self._memory.remember(spans, identity)  # their events went out: once
+            out.append(Sample(spans, None, dataclasses.replace(identity, partial_reason="late")))
+        return out
 
     def _evict_over_capacity(self) -> list[Sample]:
         out: list[Sample] = []

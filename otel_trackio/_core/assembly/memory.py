@@ -1,33 +1,62 @@
 """What was logged already: which sample each emitted span went out with, and the one sample
-logged from each trace, so spans and log events arriving late continue their sample (bounded)."""
+logged from each trace, so spans and log events arriving late continue their sample (bounded);
+and what each emitted span was, so a span or log event sent again (a client retrying a request
+whose response it never got) is told from a late one and goes out once."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from otel_trackio._core.records import SpanRecord
+from otel_trackio._core.assembly.events import PLACEHOLDER_ATTRIBUTE
+from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 from otel_trackio._core.samples import SampleIdentity
 
 _AMBIGUOUS = object()  # several samples were logged from one trace
 
 
+def sent_again(first: SpanRecord, again: SpanRecord) -> bool:
+    """True when ``again`` is ``first`` sent again, not another span reusing its id (nor
+    ``first`` ended, after a flush logged it still open: the status differs)."""
+    return first.trace_id == again.trace_id and _sameness(first) == _sameness(again)
+
+
+def _sameness(span: SpanRecord) -> int:
+    return hash((span.span_id, span.name, span.start_ns, span.end_ns, span.parent_id, span.status))
+
+
 class EmittedSamples:
-    """span id → identity of the emitted sample it went out with; trace id → the identity of the
-    one sample logged from it. Each map keeps its ``limit`` most recent entries."""
+    """span id → identity of the emitted sample it went out with (and how that span ended);
+    trace id → the identity of the one sample logged from it; the GenAI log events that went
+    out. Each map keeps its ``limit`` most recent entries."""
 
     def __init__(self, limit: int = 50_000) -> None:
         self._limit = max(0, limit)
-        self._spans: OrderedDict[int, SampleIdentity] = OrderedDict()
+        # span id -> (identity, what the span was: see sent_again)
+        self._spans: OrderedDict[int, tuple[SampleIdentity, int]] = OrderedDict()
         self._traces: OrderedDict[int, object] = OrderedDict()
+        self._events: OrderedDict[tuple[int, int, str, int], None] = OrderedDict()
 
     def identity_of(self, trace_id: int, span_id: int | None) -> SampleIdentity | None:
         """The identity of the emitted sample span ``span_id`` of ``trace_id`` went out with."""
         if span_id is None:
             return None
-        identity = self._spans.get(span_id)
-        if identity is None or identity.trace_id != trace_id:
+        known = self._spans.get(span_id)
+        if known is None or known[0].trace_id != trace_id:
             return None
-        return identity
+        return known[0]
+
+    def went_out(self, record: SpanRecord) -> bool:
+        """True when this very span went out already (see :func:`sent_again`)."""
+        known = self._spans.get(record.span_id)
+        return (
+            known is not None
+            and known[0].trace_id == record.trace_id
+            and known[1] == _sameness(record)
+        )
+
+    def event_went_out(self, event: LogEventRecord) -> bool:
+        """True when this GenAI log event went out already, on its span."""
+        return _event_key(event.trace_id, event.span_id, event.event) in self._events
 
     def only_sample_of(self, trace_id: int) -> SampleIdentity | None:
         """The one sample logged from ``trace_id`` (None: none, or several)."""
@@ -39,11 +68,19 @@ class EmittedSamples:
         if self._limit <= 0:
             return
         emitted = self._spans
+        events = self._events
         for span in spans:
-            emitted[span.span_id] = identity
-            emitted.move_to_end(span.span_id)
+            placeholder = PLACEHOLDER_ATTRIBUTE in span.attributes
+            if not (placeholder and span.span_id in emitted):  # the span it stands for stays
+                emitted[span.span_id] = (identity, _sameness(span))
+                emitted.move_to_end(span.span_id)
+            for event in span.events:
+                if event.from_log:
+                    events[_event_key(span.trace_id, span.span_id, event)] = None
         while len(emitted) > self._limit:
             emitted.popitem(last=False)
+        while len(events) > self._limit:
+            events.popitem(last=False)
         traces = self._traces
         trace_id = identity.trace_id
         known = traces.get(trace_id, identity)
@@ -51,3 +88,7 @@ class EmittedSamples:
         traces.move_to_end(trace_id)
         while len(traces) > self._limit:
             traces.popitem(last=False)
+
+
+def _event_key(trace_id: int, span_id: int, event: EventRecord) -> tuple[int, int, str, int]:
+    return (trace_id, span_id, event.name, event.time_ns)
