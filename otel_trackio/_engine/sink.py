@@ -329,13 +329,17 @@ class TrackioSink:
         init_kwargs: Mapping[str, Any] | None = None,
         defer: bool = False,
     ) -> None:
-        self._owned: _OwnedRun | None = None
-        self._borrowed: RunLike | None = None
+        self._start_holding(None, None)
+        self._resolve(project, name, run, dict(init_kwargs or {}), defer)
+
+    def _start_holding(self, owned: _OwnedRun | None, borrowed: RunLike | None) -> None:
+        """This holder's own state, before it holds ``owned`` or ``borrowed`` (if any)."""
+        self._owned: _OwnedRun | None = owned
+        self._borrowed: RunLike | None = borrowed
         self._released = False
         # Trackio's failed-write warnings seen by the last flush() (empty when it went well).
         self.last_failures: set[str] = set()
         self._lock = threading.Lock()
-        self._resolve(project, name, run, dict(init_kwargs or {}), defer)
 
     @property
     def run(self) -> RunLike:
@@ -389,11 +393,7 @@ class TrackioSink:
         """Another holder of the same run (released on its own; the run is finished, when this
         package started it, once every holder released it)."""
         other = TrackioSink.__new__(TrackioSink)
-        other._owned = self._owned
-        other._borrowed = self._borrowed
-        other._released = False
-        other.last_failures = set()
-        other._lock = threading.Lock()
+        other._start_holding(self._owned, self._borrowed)
         if self._owned is not None:
             with _registry_lock:
                 self._owned.holders += 1
