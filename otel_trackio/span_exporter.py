@@ -106,7 +106,7 @@ class TrackioSpanExporter(SpanExporter):
             why_not = why_not or _why_not_offload(settings, self._sink)
             if why_not is None:
                 try:
-                    self._offload = OffloadClient(settings, self._sink)
+                    self._offload = OffloadClient(settings, self._sink, self.open_spans)
                 except BaseException:
                     self._sink.release()
                     raise
@@ -123,6 +123,7 @@ class TrackioSpanExporter(SpanExporter):
                 settings,
                 sink=self._sink,
                 open_samples=FirstKnown(self.open_spans, OPEN_SAMPLES),
+                open_spans=self.open_spans,
             )
             self._pipeline = self._engine.spans
         # A TrackioLogExporter of the same project and run finds where to send GenAI events.

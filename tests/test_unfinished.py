@@ -3,7 +3,9 @@ marked unfinished, and ``partial_reason`` names them — in process, offloaded, 
 
 from __future__ import annotations
 
+import os
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,43 @@ def test_a_sample_stuck_after_some_children_ended_keeps_them(project):
     assert "still open: execute_tool get_weather" in trace["metadata"]["partial_reason"]
 
 
+def test_a_sample_idle_past_the_ttl_is_logged_with_its_open_spans(project):
+    """A tool call hangs: no span of the trace ends for the TTL, so the timer logs the sample
+    as partial while it still runs — showing the open root and tool call, not only what ended;
+    their ends come later as a continuation."""
+    exporter = TrackioSpanExporter(project, "ttl", sample_ttl_seconds=0.5)
+    provider = _provider(exporter, "processor")
+    tracer = provider.get_tracer("t")
+    root = tracer.start_span("rollout", attributes={"step": 3, "sample_index": 5})
+    with otel_trace.use_span(root, end_on_exit=False):
+        with tracer.start_as_current_span("chat m", attributes=CHAT):
+            pass
+        tool = tracer.start_span("execute_tool get_weather", attributes=TOOL)  # hangs
+    deadline = time.monotonic() + 60
+    while not read_traces(project, "ttl"):  # the timer, not a flush, logs it
+        assert time.monotonic() < deadline, "the TTL never logged the idle sample"
+        time.sleep(0.05)
+    tool.end()
+    root.end()
+    provider.shutdown()
+
+    first, later = read_traces(project, "ttl")
+    spans = _spans_by_name(first)
+    assert {name: s["status"] for name, s in spans.items()} == {
+        "rollout": "unfinished",
+        "chat m": "success",
+        "execute_tool get_weather": "unfinished",
+    }
+    meta = first["metadata"]
+    assert (first["step"], meta["sample_index"]) == (3, 5)
+    assert meta["partial_reason"].startswith("ttl: still open: execute_tool get_weather")
+    assert later["metadata"]["partial_reason"] == "late"
+    assert {s["name"]: s["status"] for s in later["spans"]} == {
+        "rollout": "success",
+        "execute_tool get_weather": "success",
+    }
+
+
 def test_open_spans_shown_at_a_flush_end_later_as_a_continuation(project):
     exporter = TrackioSpanExporter(project, "later")
     provider = _provider(exporter, "processor")
@@ -165,3 +204,65 @@ def test_offloaded_run_stores_the_stuck_sample_with_its_open_spans(project, trac
         "execute_tool get_weather": "unfinished",
     }
     assert "still open: execute_tool get_weather" in stuck["metadata"]["partial_reason"]
+
+
+STUCK_PAST_THE_TTL = textwrap.dedent(
+    """
+    import os, sys, time
+    import otel_trackio
+    from opentelemetry import trace
+    handle = otel_trackio.configure(
+        {project!r}, "offloaded-ttl", offload=True, sample_ttl_seconds={ttl}
+    )
+    tracer = trace.get_tracer("t")
+    root = tracer.start_span("rollout", attributes={{"step": 4, "sample_index": 2}})
+    with trace.use_span(root, end_on_exit=False):
+        with tracer.start_as_current_span("chat m"):
+            pass
+        tool = tracer.start_span("execute_tool get_weather", attributes={tool!r})
+    deadline = time.monotonic() + 120
+    while not os.path.exists({flag!r}) and time.monotonic() < deadline:
+        time.sleep(0.05)  # hangs until the test has seen the TTL's Trace
+    tool.end()
+    root.end()
+    handle.shutdown()
+    """
+)
+
+
+def test_offloaded_sample_idle_past_the_ttl_shows_its_open_spans(project, trackio_dir, tmp_path):
+    """Offloaded, the writer logs the idle trace at the TTL; the spans open in the rollout
+    process reach it (reported once open for half the TTL), so the Trace shows them."""
+    import subprocess
+    import sys
+
+    flag = tmp_path / "seen"
+    script = STUCK_PAST_THE_TTL.format(project=project, ttl=6.0, tool=TOOL, flag=str(flag))
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TRACKIO_DIR": trackio_dir, "TRACKIO_DISABLE_TELEMETRY": "1"},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not read_traces(project, "offloaded-ttl"):  # the writer's TTL, not a flush
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the TTL never logged the idle sample"
+            time.sleep(0.1)
+        flag.touch()
+        _, stderr = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, stderr
+    first, later = read_traces(project, "offloaded-ttl")
+    assert {s["name"]: s["status"] for s in first["spans"]} == {
+        "rollout": "unfinished",
+        "chat m": "success",
+        "execute_tool get_weather": "unfinished",
+    }
+    assert first["metadata"]["partial_reason"].startswith("ttl: still open: execute_tool")
+    assert later["metadata"]["partial_reason"] == "late"

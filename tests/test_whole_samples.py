@@ -179,7 +179,8 @@ def test_an_idle_open_trace_is_logged_at_its_ttl_by_the_timer(project, tracer_pr
         time.sleep(0.05)
     (trace,) = read_traces(project, "ttl")
     meta = trace["metadata"]
-    assert (trace["step"], meta["sample_index"], meta["partial_reason"]) == (4, 9, "ttl")
+    assert (trace["step"], meta["sample_index"]) == (4, 9)
+    assert meta["partial_reason"].startswith("ttl: still open: rollout")  # its root, still open
     root.end()
     provider.shutdown()
 

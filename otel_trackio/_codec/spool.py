@@ -9,7 +9,8 @@ Kinds: :data:`SPANS` (a batch of spans, optionally with a route), :data:`EVENTS`
 events, which join their spans), :data:`METRICS` (a route and a serialised OTLP
 ``ExportMetricsServiceRequest``), :data:`FLUSH` (a flush request: everything before it must be
 durable in Trackio, open samples logged as partial), :data:`EXPECT_LOGS` (a log exporter feeds
-this spool: samples wait for their log events), :data:`CLOSE` (the producer is done: drain and
+this spool: samples wait for their log events), :data:`OPEN_SPANS` (the producer's spans open
+long, for a trace the writer logs at the TTL), :data:`CLOSE` (the producer is done: drain and
 stop).
 """
 
@@ -34,6 +35,7 @@ METRICS = 3
 FLUSH = 10
 CLOSE = 11
 EXPECT_LOGS = 12
+OPEN_SPANS = 13
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
@@ -126,6 +128,17 @@ def decode_flush(payload: bytes) -> FlushRequest:
     """What a :data:`FLUSH` request carries (one of a producer without open spans too)."""
     number, open_roots, *rest = pickle.loads(payload)
     return FlushRequest(int(number), dict(open_roots), list(rest[0]) if rest else [])
+
+
+def encode_open_spans(open_spans: Sequence[SpanRecord]) -> bytes:
+    """An :data:`OPEN_SPANS` report: the producer's spans open long (unfinished records ending
+    at the report), every one of each trace concerned; it replaces the report before it."""
+    return pickle.dumps(list(open_spans), _PROTOCOL)
+
+
+def decode_open_spans(payload: bytes) -> list[SpanRecord]:
+    """An :data:`OPEN_SPANS` payload back as its records."""
+    return list(pickle.loads(payload))
 
 
 @dataclass(frozen=True, slots=True)

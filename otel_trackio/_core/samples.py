@@ -96,6 +96,15 @@ class OpenSampleLookup(Protocol):
         """The attributes a started, not yet ended sample root was registered with."""
 
 
+class OpenSpanSource(Protocol):
+    """What the assembler reads when it logs an idle trace at the TTL: the spans of that trace
+    started and not ended yet (read now, status ``unfinished``), so the partial sample shows
+    where it stopped."""
+
+    def open_records(self, trace_id: int) -> list[SpanRecord]:
+        """The spans of ``trace_id`` still open, as unfinished records ending now."""
+
+
 def missing_spans(sample: Sample, stored: Collection[str]) -> Sample | None:
     """What of ``sample`` is not in storage, given the span ids (16 hex digits) stored: the
     sample itself when none of its spans is, None when all are, else a continuation (partial,

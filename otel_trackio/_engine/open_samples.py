@@ -12,8 +12,10 @@ identity. The assembler is given a registry to look in (an
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from otel_trackio._core.records import SpanRecord
 
 
 class OpenSampleRegistry:
@@ -28,6 +30,8 @@ class OpenSampleRegistry:
         self._lock = threading.Lock()
         self._open: dict[tuple[int, int], Mapping[str, Any]] = {}
         self._max = max_entries
+        # Another process's last report of its spans open long, by trace (see open_records).
+        self._open_spans: dict[int, list[SpanRecord]] = {}
 
     def register(self, trace_id: int, span_id: int, attributes: Mapping[str, Any]) -> None:
         """Remember the attributes (``step``, ``sample_index``, ...) of a started root."""
@@ -54,6 +58,21 @@ class OpenSampleRegistry:
         """Register many roots at once (what another process's :meth:`snapshot` gave)."""
         with self._lock:
             self._open.update(roots)
+
+    def report_open_spans(self, records: Iterable[SpanRecord]) -> None:
+        """Another process's spans open long (its latest report replaces the one before, so
+        what is kept is bounded by what is open there now; at most ``max_entries`` spans)."""
+        by_trace: dict[int, list[SpanRecord]] = {}
+        for count, record in enumerate(records):
+            if count >= self._max:
+                break
+            by_trace.setdefault(record.trace_id, []).append(record)
+        self._open_spans = by_trace
+
+    def open_records(self, trace_id: int) -> list[SpanRecord]:
+        """The spans of ``trace_id`` open at the last report (unfinished, ending then): what a
+        trace logged at the TTL shows (see :class:`~otel_trackio._core.samples.OpenSpanSource`)."""
+        return list(self._open_spans.get(trace_id, ()))
 
     def __len__(self) -> int:
         return len(self._open)

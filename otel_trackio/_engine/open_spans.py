@@ -4,9 +4,9 @@ An exporter sees a span only once it ends. A sample stuck in a tool call when th
 its root and that tool span still open: without them its Trace would show the children that
 ended (or nothing at all). :class:`OpenSpans` keeps a reference to every started span of the
 provider it watches (``TrackioSpanProcessor`` and ``OpenSampleTracker`` feed it) until it ends;
-at a flush :meth:`OpenSpans.records` reads each one as a span record marked unfinished
-(:data:`~otel_trackio._core.records.UNFINISHED`): its start attributes and whatever was set
-since, its events, and an end at the flush.
+at a flush (and for a trace logged at the TTL) :meth:`OpenSpans.records` reads each one as a
+span record marked unfinished (:data:`~otel_trackio._core.records.UNFINISHED`): its start
+attributes and whatever was set since, its events, and an end at the flush.
 
 Cost per span (on the rollout's hot path): one dict store at start, one dict pop at end, no lock
 (both are single operations on a builtin dict, atomic under the GIL). The records are only
@@ -16,7 +16,7 @@ built at a flush.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -56,19 +56,40 @@ class OpenSpans:
         if context is not None:
             self._open.pop(context.span_id, None)
 
-    def records(self, now_ns: int | None = None) -> list[SpanRecord]:
-        """Every span still open, as a record ending at ``now_ns`` (default: now) with status
-        :data:`UNFINISHED`."""
+    def records(
+        self, now_ns: int | None = None, trace_ids: Collection[int] | None = None
+    ) -> list[SpanRecord]:
+        """Every span still open (of ``trace_ids`` only, when given), as a record ending at
+        ``now_ns`` (default: now) with status :data:`UNFINISHED`."""
         end = time.time_ns() if now_ns is None else now_ns
         out: list[SpanRecord] = []
         for span in self._open.copy().values():  # one C-level copy: safe while spans start
             if span.end_time is not None:
                 continue  # it ended meanwhile: its record comes through the export path
+            if trace_ids is not None and (
+                span.context is None or span.context.trace_id not in trace_ids
+            ):
+                continue
             record = record_from_readable_span(span)
             record.end_ns = max(end, record.start_ns)
             record.status = UNFINISHED
             out.append(record)
         return out
+
+    def open_records(self, trace_id: int) -> list[SpanRecord]:
+        """The spans of ``trace_id`` still open, ending now (what a trace logged at the TTL
+        shows: see :class:`~otel_trackio._core.samples.OpenSpanSource`)."""
+        return self.records(trace_ids=(trace_id,))
+
+    def traces_open_since(self, before_ns: int) -> set[int]:
+        """The traces with a span open since before ``before_ns`` (ns since epoch)."""
+        return {
+            span.context.trace_id
+            for span in self._open.copy().values()
+            if span.context is not None
+            and span.end_time is None
+            and (span.start_time or 0) < before_ns
+        }
 
     def lookup(self, trace_id: int, span_id: int) -> Mapping[str, Any] | None:
         """The attributes of the open span ``span_id`` and of its open ancestors (the nearest

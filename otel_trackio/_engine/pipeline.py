@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.records import LogEventRecord, SpanRecord
-from otel_trackio._core.samples import OpenSampleLookup, Sample, StepMemory
+from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, Sample, StepMemory
 from otel_trackio._engine import steps as _steps
 from otel_trackio._engine.batches import Converter, by_step
 from otel_trackio._engine.expiry import ExpiryTimer
@@ -49,6 +49,7 @@ class TracePipeline:
             root (default: the in-process policy of ``settings``, see
             :class:`~otel_trackio._engine.grace.GracePolicy`).
         open_samples: where the identity of sample roots still open is looked up at a flush.
+        open_spans: where the spans still open of a trace logged at the TTL are read.
         steps: where the latest step is read and noted (default: the assembler's own).
         clock: monotonic seconds (the assembler's and the timer's).
     """
@@ -60,6 +61,7 @@ class TracePipeline:
         *,
         grace: GracePolicy | None = None,
         open_samples: OpenSampleLookup | None = OPEN_SAMPLES,
+        open_spans: OpenSpanSource | None = None,
         steps: StepMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -73,6 +75,7 @@ class TracePipeline:
             grace_seconds=self.grace.seconds(),
             quick_grace_seconds=self.grace.quick_seconds(),
             open_samples=open_samples,
+            open_spans=open_spans,
             steps=steps,
             clock=clock,
         )

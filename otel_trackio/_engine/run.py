@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from otel_trackio._core.records import SpanRecord
-from otel_trackio._core.samples import OpenSampleLookup, OwnSteps, StepMemory
+from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, OwnSteps, StepMemory
 from otel_trackio._engine.grace import GracePolicy
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
@@ -99,6 +99,7 @@ def build_run_engine(
     sink: TrackioSink | None = None,
     init_kwargs: Mapping[str, Any] | None = None,
     open_samples: OpenSampleLookup | None = None,
+    open_spans: OpenSpanSource | None = None,
     log_events: bool = False,
     decode_metrics: MetricDecoder | None = None,
 ) -> RunEngine:
@@ -113,6 +114,8 @@ def build_run_engine(
         open_samples: where open sample roots are looked up at a flush (in process: the
             process's registry; offload writer: the roots its spool carries; receiver: none
             known, OTLP carries ended spans only).
+        open_spans: where the spans still open of a trace logged at the TTL are read (in
+            process: the exporter's tracked open spans; elsewhere none are known).
         log_events: GenAI log events feed the pipeline from the start (a lone log exporter).
         decode_metrics: with it, the engine has a metric path (a
             :class:`~otel_trackio.TrackioMetricExporter` on the same run) fed by
@@ -127,7 +130,9 @@ def build_run_engine(
     # a latest step of its run's own.
     steps: StepMemory = PROCESS_STEPS if transport == "process" else OwnSteps()
     grace = GracePolicy.of(settings, receiver=transport == "receiver")
-    pipeline = TracePipeline(settings, sink, grace=grace, open_samples=open_samples, steps=steps)
+    pipeline = TracePipeline(
+        settings, sink, grace=grace, open_samples=open_samples, open_spans=open_spans, steps=steps
+    )
     if log_events:
         pipeline.expect_log_events()
     metrics = None

@@ -39,10 +39,12 @@ from otel_trackio._codec.routes import NO_ROUTE
 from otel_trackio._codec.sdk_metrics import encode_sdk_metrics
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
+from otel_trackio._engine.open_spans import OpenSpans
 from otel_trackio._engine.sink import TrackioSink, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import latest_step
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._offload.open_span_report import OpenSpanReporter
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
     OPEN_FAILED,
@@ -130,7 +132,9 @@ class OffloadClient:
             ``trackio.init`` would have).
     """
 
-    def __init__(self, settings: TrackioSettings, sink: TrackioSink) -> None:
+    def __init__(
+        self, settings: TrackioSettings, sink: TrackioSink, open_spans: OpenSpans | None = None
+    ) -> None:
         self.settings = settings
         self.sink = sink
         name = sink.run_name if sink.opened else sink.requested_name
@@ -153,6 +157,12 @@ class OffloadClient:
         self.spans_refused = 0
         self.exports_refused = 0
         self.writer_starts = 0
+        # Spans open long reach the writer, for the traces it logs at the TTL.
+        self._open_span_reporter = (
+            OpenSpanReporter(open_spans, settings.sample_ttl_seconds, self.report_open_spans)
+            if open_spans is not None
+            else None
+        )
         self._start_writer()
         if not sink.opened:
             self._wait_until_opened()
@@ -230,6 +240,8 @@ class OffloadClient:
         if self._closed:
             return False
         self._ensure_writer()
+        if self._open_span_reporter is not None:
+            self._open_span_reporter.start()
         try:
             self.producer.append(codec.SPANS, codec.encode_sdk_spans(spans))
         except SpoolFull as exc:
@@ -256,6 +268,18 @@ class OffloadClient:
             self.producer.append(codec.METRICS, codec.encode_metrics(NO_ROUTE, payload))
         except (SpoolFull, OSError, RuntimeError, pickle.PicklingError) as exc:
             self._warn("metrics", f"could not spool a metrics export: {exc!r}")
+            return False
+        return True
+
+    def report_open_spans(self, records: Sequence[SpanRecord]) -> bool:
+        """Append a report of the spans open long (see :mod:`.open_span_report`); False when
+        the spool refused it."""
+        if self._closed:
+            return False
+        try:
+            self.producer.append(codec.OPEN_SPANS, codec.encode_open_spans(records))
+        except (SpoolFull, OSError, RuntimeError, pickle.PicklingError) as exc:
+            self._warn("open-spans", f"could not spool the open spans: {exc!r}")
             return False
         return True
 
@@ -309,6 +333,8 @@ class OffloadClient:
         if self._closed:
             return
         self._closed = True
+        if self._open_span_reporter is not None:
+            self._open_span_reporter.stop()
         with self._lock:
             self._flushes += 1
             number = self._flushes

@@ -61,6 +61,7 @@ NICENESS = 19
 """The writer's CPU priority once the run is open: the lowest, so that on a machine with no core
 to spare the rollout's threads (and anything else) run first; the spool holds what waits."""
 
+
 def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
     """Open or join the run, and say which it is (:data:`OPENED_FILE`, the config)."""
     settings = config.settings
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         transport="offload",
         sink=sink,
         open_samples=registry,
+        open_spans=registry,
         decode_metrics=_spooled_metrics,
     )
     pipeline = own.spans

@@ -144,7 +144,8 @@ class Drainer:
         path: the spool directory.
         destination: the destination of a route (``(None, None)`` for an exporter's own).
         open_roots: where the open sample roots a flush request carries are registered (the
-            pipelines look them up when they log samples early).
+            pipelines look them up when they log samples early), and the producer's reports
+            of its spans open long (a trace logged at the TTL shows them).
         cycle_bytes: payload bytes handed over per cycle at most.
         fsync: the spool's fsync policy (see :data:`~.segments.FSYNC_POLICIES`): anything
             but ``never`` forces the segments a checkpoint covers, then the checkpoint, to
@@ -314,6 +315,9 @@ class Drainer:
                 return False
             self.flushed = number
             return True
+        elif entry.kind == codec.OPEN_SPANS:
+            if self._open_roots is not None:
+                self._open_roots.report_open_spans(codec.decode_open_spans(entry.payload))
         elif entry.kind == codec.CLOSE:
             self.producer_closed = True
         return True

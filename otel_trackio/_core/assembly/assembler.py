@@ -57,6 +57,7 @@ from otel_trackio._core.conventions.mlflow import normalize_attributes
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import (
     OpenSampleLookup,
+    OpenSpanSource,
     OwnSteps,
     PartialReason,
     Sample,
@@ -109,6 +110,8 @@ class SampleAssembler:
             and for the samples held at that moment, ``grace_seconds`` (see
             :meth:`saw_trailing_spans`). None: always ``grace_seconds``.
         open_samples: where roots still open at a flush are looked up (None: nowhere).
+        open_spans: where the spans still open of a trace logged at the TTL are read (None:
+            nowhere; in process, the exporter's tracked open spans).
         remembered_spans: span ids of emitted samples remembered, to place late spans.
         steps: where the latest step is read (a sample without a step takes it) and noted
             (default: this assembler's own).
@@ -122,6 +125,7 @@ class SampleAssembler:
         grace_seconds: float = 0.0,
         quick_grace_seconds: float | None = None,
         open_samples: OpenSampleLookup | None = None,
+        open_spans: OpenSpanSource | None = None,
         remembered_spans: int = 50_000,
         steps: StepMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -136,6 +140,7 @@ class SampleAssembler:
         # Spans of this run have trailed their sample's root (see quick_grace_seconds).
         self.trailing_seen = False
         self._open_samples = open_samples
+        self._open_spans = open_spans
         self._clock = clock
         self._traces: OrderedDict[int, _OpenTrace] = OrderedDict()
         self._buffered = 0  # spans waiting, held samples included, and pending log events
@@ -271,7 +276,8 @@ class SampleAssembler:
 
     def expire(self) -> list[Sample]:
         """Emit held samples whose grace period ended, and, as partial, the traces that saw no
-        new span for ``ttl_seconds``."""
+        new span for ``ttl_seconds`` — with their spans still open, when ``open_spans`` knows
+        them, shown unfinished as at a flush (see :meth:`flush`)."""
         now = self._clock()
         out = self._take_due(now)
         deadline = now - self.ttl_seconds
@@ -279,6 +285,8 @@ class SampleAssembler:
             trace_id, trace = next(iter(self._traces.items()))
             if trace.last_seen > deadline:
                 break
+            if self._open_spans is not None:
+                self._join_open(self._open_spans.open_records(trace_id), trace.last_seen)
             out.extend(self._take_partial(trace_id, "ttl"))
         return out
 
@@ -291,7 +299,17 @@ class SampleAssembler:
         logged too. One already shown by an earlier flush is not shown again; when it ends, it
         comes out as a continuation (``late``) of that sample.
         """
-        now = self._clock()
+        self._join_open(open_spans, self._clock())
+        out: list[Sample] = []
+        for trace_id in list(self._traces):
+            out.extend(self._take_partial(trace_id, "flush"))
+        return out
+
+    # -- buffering ----------------------------------------------------------------------------
+
+    def _join_open(self, open_spans: Iterable[SpanRecord], now: float) -> None:
+        """Spans still open join their traces (``now``: the trace's activity time they get),
+        those here already or shown before excepted."""
         for record in open_spans:
             trace = self._traces.get(record.trace_id)
             if trace is not None and (
@@ -300,12 +318,6 @@ class SampleAssembler:
                 continue  # it ended after all and is here already
             if self._memory.identity_of(record.trace_id, record.span_id) is None:
                 self._buffer(record, now, [])
-        out: list[Sample] = []
-        for trace_id in list(self._traces):
-            out.extend(self._take_partial(trace_id, "flush"))
-        return out
-
-    # -- buffering ----------------------------------------------------------------------------
 
     def _touch(self, trace_id: int, now: float) -> _OpenTrace:
         """The open trace (made if new), marked as the most recently active."""
