@@ -36,8 +36,10 @@ from hostile_clients import (
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
+from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._codec.otlp import DROPPED_ATTRIBUTES, DROPPED_EVENTS, ItemLimits, decode_traces
+from otel_trackio.receiver import _routing as routing
 from otel_trackio.receiver._auth import TOKEN_ENV, BearerCheck, resolve_token
 from otel_trackio.receiver._body import BodyBudget, decompress
 from otel_trackio.receiver._decode import RequestError, parse_request
@@ -370,6 +372,56 @@ def test_an_exhausted_route_cap_is_a_retryable_503_with_a_warning(project, start
     assert _stored(project) == [(6, 0)]
     assert _stored(project, "a") == [(6, 1), (6, 5)]
     assert _stored(project, "b") == [] and _stored(project, "c") == []
+
+
+def test_an_idle_route_is_closed_and_data_for_it_opens_it_again_into_the_same_run(
+    project, start_receiver
+):
+    """A receiver serving run after run: a route idle for ``route_idle_seconds``, nothing
+    waiting in it, is closed (its memory freed); the next data for it continues the run."""
+    receiver = start_receiver(limits=ReceiverLimits(route_idle_seconds=0.5), sample_grace_seconds=0)
+    url = receiver.url + "/v1/traces"
+
+    def post(request: trace_service_pb2.ExportTraceServiceRequest) -> requests.Response:
+        return requests.post(url, data=request.SerializeToString(), headers=PROTOBUF, timeout=60)
+
+    assert post(sample(6, 1, run="a")).status_code == 200
+    _wait_until(lambda: _stored(project, "a") == [(6, 1)])
+    _wait_until(lambda: receiver.router.totals()["runs"] == 1)  # only the server's own is left
+    assert post(sample(7, 2, run="a")).status_code == 200
+    receiver.stop()
+    assert _stored(project, "a") == [(6, 1), (7, 2)]
+    assert SQLiteStorage.get_runs(project).count("a") == 1
+    (a,) = [s for s in receiver.router.run_summaries() if s.run == "a"]
+    assert a.stats.samples_logged == 2  # both openings of the route, in one summary
+    assert receiver.router.totals()["samples"] == 2
+
+
+def test_a_full_route_table_makes_room_by_closing_the_least_recent_quiet_route(
+    project, start_receiver, monkeypatch
+):
+    monkeypatch.setattr(routing, "ROOM_IDLE_SECONDS", 0.0)  # no wait in a test
+    receiver = start_receiver(max_routes=2, sample_grace_seconds=0)  # its own run + one more
+    url = receiver.url + "/v1/traces"
+
+    def post(request: trace_service_pb2.ExportTraceServiceRequest) -> requests.Response:
+        return requests.post(url, data=request.SerializeToString(), headers=PROTOBUF, timeout=60)
+
+    assert post(sample(6, 0, run="a")).status_code == 200
+    _wait_until(lambda: _stored(project, "a") == [(6, 0)])
+
+    def retried_until_taken(request: trace_service_pb2.ExportTraceServiceRequest) -> list[int]:
+        statuses: list[int] = []
+        _wait_until(lambda: statuses.append(post(request).status_code) or statuses[-1] == 200)
+        return statuses
+
+    assert retried_until_taken(sample(6, 1, run="b"))[0] == 503  # then "a" made room for it
+    _wait_until(lambda: _stored(project, "b") == [(6, 1)])
+    assert retried_until_taken(sample(6, 2, run="a"))[0] == 503  # then "b" made room
+    receiver.stop()
+    assert _stored(project, "a") == [(6, 0), (6, 2)]
+    assert _stored(project, "b") == [(6, 1)]
+    assert sorted(SQLiteStorage.get_runs(project)) == ["a", "b"]  # each opened again, not anew
 
 
 def test_route_names_are_escaped_before_they_reach_a_terminal(project, start_receiver, capfd):

@@ -105,12 +105,27 @@ class OpenSpanSource(Protocol):
         """The spans of ``trace_id`` still open, as unfinished records ending now."""
 
 
+def stored_span_key(trace_id: str | None, span_id: str) -> str:
+    """How a stored span is told from others: its trace id (32 hex digits, from the
+    ``otel.trace_id`` of its Trace) and span id (16 hex digits), ``"<trace>/<span>"``; the span
+    id alone for a Trace stored without its trace id. Span ids alone are not enough: a client
+    numbering spans 1, 2, 3 in every trace would see one sample's spans taken for another's."""
+    return f"{trace_id}/{span_id}" if trace_id else span_id
+
+
 def missing_spans(sample: Sample, stored: Collection[str]) -> Sample | None:
-    """What of ``sample`` is not in storage, given the span ids (16 hex digits) stored: the
-    sample itself when none of its spans is, None when all are, else a continuation (partial,
-    ``late``, with the sample's identity) of the spans missing. So a replay or a retried write
-    that groups spans differently from the first time still stores each span once."""
-    missing = [span for span in sample.spans if f"{span.span_id:016x}" not in stored]
+    """What of ``sample`` is not in storage, given the spans stored (see
+    :func:`stored_span_key`): the sample itself when none of its spans is, None when all are,
+    else a continuation (partial, ``late``, with the sample's identity) of the spans missing. So
+    a replay or a retried write that groups spans differently from the first time still stores
+    each span once."""
+    trace = f"{sample.identity.trace_id:032x}"
+    missing = [
+        span
+        for span in sample.spans
+        if stored_span_key(trace, f"{span.span_id:016x}") not in stored
+        and f"{span.span_id:016x}" not in stored
+    ]
     if len(missing) == len(sample.spans):
         return sample
     if not missing:

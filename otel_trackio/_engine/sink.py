@@ -55,6 +55,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
+from otel_trackio._core.samples import stored_span_key
 from otel_trackio._engine.warn import Warnings
 
 _logger = logging.getLogger("otel_trackio")
@@ -595,8 +596,9 @@ def stored_steps(sink: TrackioSink) -> set[int] | None:
 
 
 def stored_span_ids(sink: TrackioSink, key: str, step: int) -> set[str] | None:
-    """The span ids (16 hex digits) of every Trace stored under ``key`` at ``step`` in the
-    sink's run: to tell which spans of a replayed or retried sample are stored already. None
+    """The spans of every Trace stored under ``key`` at ``step`` in the sink's run, each by its
+    trace and span id (:func:`~otel_trackio._core.samples.stored_span_key`): to tell which spans
+    of a replayed or retried sample are stored already. None
     when storage cannot be read now (try again later); empty for a remote run (Trackio server
     or Space), whose storage cannot be read here, so a crash there can log a sample twice."""
     if is_remote(sink.run):
@@ -618,9 +620,17 @@ def stored_span_ids(sink: TrackioSink, key: str, step: int) -> set[str] | None:
     for row in rows:
         if row.get("key") != key:
             continue
-        for span in row.get("spans") or []:
-            if isinstance(span, Mapping):
-                out.add(str(span.get("id")))
+        spans = [span for span in row.get("spans") or [] if isinstance(span, Mapping)]
+        trace = next(
+            (
+                str(metadata["otel.trace_id"])
+                for span in spans
+                if isinstance(metadata := span.get("metadata"), Mapping)
+                and metadata.get("otel.trace_id")
+            ),
+            None,
+        )
+        out.update(stored_span_key(trace, str(span.get("id"))) for span in spans)
     return out
 
 

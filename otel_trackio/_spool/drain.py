@@ -155,6 +155,8 @@ class Drainer:
             the spool. With it, the drainer notes that moment and where the spool ends, and
             once it has handed the spool over that far it *settles* the pipelines (see
             :meth:`TracePipeline.settle`): every request begun before it is in them.
+        between_cycles: called on the drain thread after each cycle (the receiver closes its
+            idle routes there: no entry is being handed to them meanwhile).
     """
 
     def __init__(
@@ -166,6 +168,7 @@ class Drainer:
         cycle_bytes: int = 1024 * 1024,
         fsync: str = "cycle",
         receiving: Callable[[], float | None] | None = None,
+        between_cycles: Callable[[], object] | None = None,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy {fsync!r}: expected one of {FSYNC_POLICIES}")
@@ -175,6 +178,7 @@ class Drainer:
         self._open_roots = open_roots
         self._cycle_bytes = cycle_bytes
         self._receiving = receiving
+        self._between_cycles = between_cycles
         # Notes (moment, position): every request begun before the moment is in the spool
         # before the position (see receiving), oldest first.
         self._received: deque[tuple[float, Position]] = deque()
@@ -364,6 +368,12 @@ class Drainer:
             f"retrying in {self._backoff:.1f} s",
         )
 
+    def forget(self, pipeline: TracePipeline) -> None:
+        """Stop tracking a pipeline that was closed with nothing waiting in it (its route
+        closed); entries for its route later reach the pipeline that replaces it."""
+        if pipeline in self._pipelines:
+            self._pipelines.remove(pipeline)
+
     def _track(self, pipeline: TracePipeline) -> None:
         if pipeline not in self._pipelines:
             self._pipelines.append(pipeline)
@@ -443,6 +453,8 @@ class Drainer:
                 handed = self.cycle(finished=gone, stop=stop)
                 if self.stalled is not None or not self._settle():
                     continue  # a write failed: stalled, retried
+                if self._between_cycles is not None:
+                    self._between_cycles()
                 if handed:
                     continue
                 if self.producer_closed or gone:

@@ -38,7 +38,11 @@ class ReceiverLimits:
         max_header_bytes: largest header section (431, connection closed).
         max_routes: (project, run) routes a receiver serves at most; a new one past it gets
             503 with ``Retry-After`` and a warning (the client retries; nothing is acknowledged
-            and dropped).
+            and dropped), while the quiet route used least recently (idle for at least
+            :data:`ROOM_IDLE_SECONDS`) is closed to make room.
+        route_idle_seconds: a route that received nothing for this long, with nothing waiting
+            in it, is closed (its run finished, its memory freed); data for it later opens it
+            again, continuing the same run. So a receiver serving run after run never fills up.
     """
 
     max_body_bytes: int = 20 * MIB
@@ -50,6 +54,7 @@ class ReceiverLimits:
     body_timeout_seconds: float = 30.0
     max_header_bytes: int = 64 * 1024
     max_routes: int = 64
+    route_idle_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -69,5 +74,9 @@ class ReceiverLimits:
             return self.max_inflight_bytes
         return max(64 * MIB, 2 * self.max_body_bytes)
 
+
+ROOM_IDLE_SECONDS = 30.0
+"""When every route is in use, how long the quiet route closed to make room must have been idle
+(so that two busy runs never take turns closing each other)."""
 
 DEFAULT_LIMITS = ReceiverLimits()

@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,14 @@ from otel_trackio._codec.otlp import DecodedLogs, DecodedMetrics, DecodedSpans, 
 from otel_trackio._codec.routes import Route
 from otel_trackio._engine.report import RunSummary
 from otel_trackio._engine.run import RunEngine, build_run_engine
+from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.paths import receiver_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import Producer, SpoolFull, holds_segments
 from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable, RoutesExhausted
 from otel_trackio.receiver._in_flight import RequestsInFlight
-from otel_trackio.receiver._limits import DEFAULT_LIMITS
+from otel_trackio.receiver._limits import DEFAULT_LIMITS, ROOM_IDLE_SECONDS
 from otel_trackio.receiver._names import printable_name
 from otel_trackio.receiver._run_names import RunNames
 from otel_trackio.receiver._stats import Outcome, ReceiverStats
@@ -52,6 +54,49 @@ def _spooled_metrics(request: bytes) -> list[Any]:
     return list(decode_metrics(message).by_route.values())
 
 
+@dataclass(frozen=True, slots=True)
+class RetiredRoute:
+    """What a route closed while idle had done (its engine, and its memory, are gone)."""
+
+    project: str
+    run: str
+    stats: ExportStats
+    resent: int
+    unsampled_events: int
+    metrics_logged: int
+
+    @classmethod
+    def of(cls, route: RunEngine) -> RetiredRoute:
+        """The counters of a closed route."""
+        assembler = route.spans.assembler
+        return cls(
+            route.sink.project,
+            route.sink.run_name,
+            dataclasses.replace(route.stats),
+            assembler.resent,
+            assembler.unsampled_events_dropped,
+            route.metrics.stats.values_logged if route.metrics else 0,
+        )
+
+    def plus(self, before: RetiredRoute | None) -> RetiredRoute:
+        """These counters added to those of an earlier closing of the same run."""
+        if before is None:
+            return self
+        return RetiredRoute(
+            self.project,
+            self.run,
+            ExportStats.total([before.stats, self.stats]),
+            before.resent + self.resent,
+            before.unsampled_events + self.unsampled_events,
+            before.metrics_logged + self.metrics_logged,
+        )
+
+
+def _quiet(route: RunEngine) -> bool:
+    """Nothing waits in the route: no span buffered or held, no log event, nothing unwritten."""
+    return route.spans.assembler.buffered_spans == 0 and route.spans.unwritten_samples == 0
+
+
 def _route_engine(settings: TrackioSettings) -> RunEngine:
     """The run engine of one route: spans, GenAI log events and metrics of one Trackio run."""
     return build_run_engine(settings, transport="receiver", decode_metrics=_spooled_metrics)
@@ -67,7 +112,10 @@ class Router:
         spool: the spool directory (default :func:`receiver_spool`); entries left in it by an
             earlier run of the receiver are drained first.
         max_routes: at most this many (project, run) routes (the server's own included); data
-            for a new one past it is refused with :class:`RoutesExhausted` (503, retryable).
+            for a new one past it is refused with :class:`RoutesExhausted` (503, retryable),
+            and the quiet route used least recently is closed to make room.
+        route_idle_seconds: a route that got nothing for this long, nothing waiting in it, is
+            closed (see :meth:`close_idle_routes`); None: never.
         **options: settings by name, or ``trackio.init`` keywords for every run it starts.
     """
 
@@ -79,6 +127,7 @@ class Router:
         settings: TrackioSettings | None = None,
         spool: Path | str | None = None,
         max_routes: int = DEFAULT_LIMITS.max_routes,
+        route_idle_seconds: float | None = DEFAULT_LIMITS.route_idle_seconds,
         **options: Any,
     ) -> None:
         chosen = split_options(options, settings)
@@ -90,6 +139,12 @@ class Router:
         self.project = project
         self.name = name
         self.max_routes = max_routes
+        self.route_idle_seconds = route_idle_seconds
+        self._last_used: dict[Key, float] = {}  # when (monotonic) data last named each route
+        # What closed routes did, by (project, run), for the summaries.
+        self._retired: dict[tuple[str, str], RetiredRoute] = {}
+        self._room_wanted = False  # a new route was refused: close the least recent quiet one
+        self._idle_checked = 0.0
         self.spool_path = Path(spool) if spool else receiver_spool(chosen, project, name)
         self._routes: dict[Key, RunEngine] = {}
         self._lock = threading.Lock()
@@ -113,6 +168,7 @@ class Router:
                 self._drain_target,
                 fsync=chosen.spool_fsync,
                 receiving=self.in_flight.oldest,
+                between_cycles=self.close_idle_routes,
             )
         except BaseException:
             self.producer.close()
@@ -151,10 +207,13 @@ class Router:
         with self._lock:
             if accepting and self._closed:
                 raise ReceiverUnavailable("the receiver is shutting down")
+            self._last_used[key] = time.monotonic()
             route = self._routes.get(key)
             if route is not None:
                 return route
             if accepting and len(self._routes) >= self.max_routes:  # spooled data: always
+                self._room_wanted = True
+                self._last_used.pop(key, None)
                 message = (
                     f"all {self.max_routes} routes are in use (--max-routes); "
                     f"trackio.project/trackio.run {key[0]!r}/{key[1]!r} refused, retry later"
@@ -174,6 +233,54 @@ class Router:
             if key != (self.project, self.name):
                 _logger.info("otel-trackio: new route → project %r, run %r", key[0], key[1])
             return route
+
+    def close_idle_routes(self, now: float | None = None) -> int:
+        """Close the routes that got no data for ``route_idle_seconds`` and have nothing waiting
+        (no span buffered or held, nothing unwritten): their runs are finished and their memory
+        freed; data for one later opens it again and continues the same run. When a new route
+        was refused for want of room, the quiet route used least recently (idle for at least
+        :data:`ROOM_IDLE_SECONDS`) goes too. The server's own route stays. The drain thread
+        calls this between its cycles (nothing is being handed to the routes then), at most once
+        a second unless room is wanted; returns how many were closed."""
+        now = time.monotonic() if now is None else now
+        if now - self._idle_checked < 1.0 and not self._room_wanted:
+            return 0
+        self._idle_checked = now
+        with self._lock:
+            if self._closed:
+                return 0
+            quiet = sorted(
+                (
+                    (self._last_used.get(key, now), key)
+                    for key, route in self._routes.items()
+                    if route is not self.default and _quiet(route)
+                ),
+                key=lambda used_key: used_key[0],
+            )
+            idle = self.route_idle_seconds
+            closing = [k for used, k in quiet if idle is not None and now - used >= idle]
+            if self._room_wanted and not closing:
+                closing = [k for used, k in quiet[:1] if now - used >= ROOM_IDLE_SECONDS]
+            self._room_wanted = False
+            routes = [(key, self._routes.pop(key)) for key in closing]
+            for key in closing:
+                self._last_used.pop(key, None)
+        for key, route in routes:
+            self._drainer.forget(route.spans)
+            try:
+                route.shutdown()
+            except Exception as exc:  # noqa: BLE001 - close the other routes anyway
+                _logger.warning("otel-trackio: closing an idle route failed: %r", exc)
+            done = RetiredRoute.of(route)
+            with self._lock:
+                before = self._retired.get((done.project, done.run))
+                self._retired[(done.project, done.run)] = done.plus(before)
+            _logger.info(
+                "otel-trackio: route → project %r, run %r idle: closed (new data opens it again)",
+                key[0],
+                route.sink.run_name,
+            )
+        return len(routes)
 
     def _resolve(self, target: Route, items: int, outcome: Outcome) -> Key | None:
         """The route's key once its destination exists; None (items rejected) when it cannot."""
@@ -313,6 +420,9 @@ class Router:
     def totals(self) -> dict[str, Any]:
         """Counters for the summary line: received, logged, waiting and rejected so far."""
         routes = self._open_routes(include_closed=True)
+        with self._lock:
+            retired = list(self._retired.values())
+        spans = ExportStats.total([*(p.spans.stats for p in routes), *(r.stats for r in retired)])
         with self._stats_lock:
             stats = dataclasses.replace(self.stats)
         waiting, behind = self.backlog()
@@ -321,19 +431,21 @@ class Router:
             "points": stats.points_received,
             "log_records": stats.log_records_received,
             "log_events": stats.log_events_received,
-            "log_events_unsampled": sum(p.spans.assembler.unsampled_events_dropped for p in routes),
-            "samples": sum(p.spans.stats.samples_logged for p in routes),
-            "partial": sum(p.spans.stats.partial_samples for p in routes),
-            "lost": sum(p.spans.stats.samples_lost for p in routes),
-            "retried": sum(p.spans.stats.samples_retried for p in routes),
-            "retried_writes": sum(p.spans.stats.failed_writes for p in routes)
-            + self._drainer.stats.failed_checkpoints,
-            "already_stored": sum(p.spans.stats.already_stored for p in routes),
-            "resent": sum(p.spans.assembler.resent for p in routes),
+            "log_events_unsampled": sum(p.spans.assembler.unsampled_events_dropped for p in routes)
+            + sum(r.unsampled_events for r in retired),
+            "samples": spans.samples_logged,
+            "partial": spans.partial_samples,
+            "lost": spans.samples_lost,
+            "retried": spans.samples_retried,
+            "retried_writes": spans.failed_writes + self._drainer.stats.failed_checkpoints,
+            "already_stored": spans.already_stored,
+            "resent": sum(p.spans.assembler.resent for p in routes)
+            + sum(r.resent for r in retired),
             "unwritten": sum(p.spans.unwritten_samples for p in routes),
             "torn_entries": self._drainer.stats.torn_entries,
             "waiting": sum(p.spans.assembler.held_samples for p in routes),
-            "metrics": sum(p.metrics.stats.values_logged for p in routes if p.metrics),
+            "metrics": sum(p.metrics.stats.values_logged for p in routes if p.metrics)
+            + sum(r.metrics_logged for r in retired),
             "rejected": stats.rejected_items + stats.rejected_requests,
             "busy": stats.refused_busy,
             "backlog_spans": max(0, stats.spans_received - self._drainer.stats.spans),
@@ -343,10 +455,18 @@ class Router:
         }
 
     def run_summaries(self) -> list[RunSummary]:
-        """What each run (route) logged, as the end-of-run summary says it."""
+        """What each run (route) logged, as the end-of-run summary says it (a route closed while
+        idle and opened again: one run, its counters summed)."""
+        with self._lock:
+            retired = list(self._retired.values())
+        by_run: dict[tuple[str, str], list[ExportStats]] = {}
+        for r in retired:
+            by_run.setdefault((r.project, r.run), []).append(r.stats)
+        for route in self._open_routes(include_closed=True):
+            by_run.setdefault((route.sink.project, route.sink.run_name), []).append(route.stats)
         return [
-            RunSummary(route.sink.project, route.sink.run_name, route.stats)
-            for route in self._open_routes(include_closed=True)
+            RunSummary(project, run, ExportStats.total(parts))
+            for (project, run), parts in by_run.items()
         ]
 
     def _open_routes(self, include_closed: bool = False) -> list[RunEngine]:

@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"included; a new one past it gets 503 with Retry-After (default {limits.max_routes})",
     )
     serve.add_argument(
+        "--route-idle-seconds",
+        type=float,
+        default=limits.route_idle_seconds,
+        help="close a route (finish its run, free its memory) that received nothing for this "
+        "long with nothing waiting in it; later data opens it again, continuing the same run "
+        f"(default {limits.route_idle_seconds:g})",
+    )
+    serve.add_argument(
         "--max-span-attributes",
         type=int,
         default=None,
@@ -173,6 +181,7 @@ def _limits(args: argparse.Namespace) -> ReceiverLimits:
         read_timeout_seconds=args.read_timeout_seconds,
         body_timeout_seconds=args.body_timeout_seconds,
         max_routes=args.max_routes,
+        route_idle_seconds=args.route_idle_seconds,
     )
 
 

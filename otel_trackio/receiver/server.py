@@ -120,6 +120,7 @@ class OTLPReceiver:
                 settings=settings,
                 spool=spool,
                 max_routes=limits.max_routes,
+                route_idle_seconds=limits.route_idle_seconds,
                 **options,
             )
         except BaseException:
