@@ -66,6 +66,7 @@ class MetricExportStats:
     values_logged: int = 0
     skipped_nonfinite: int = 0
     skipped_unchanged: int = 0
+    skipped_resent: int = 0  # delta points sent again (their interval was logged already)
     unsupported_metrics: int = 0
     renamed_keys: int = 0
     log_calls: int = 0
@@ -205,6 +206,7 @@ class TrackioMetricExporter(MetricExporter):
         stats.points_received += conversion.points
         stats.skipped_nonfinite += conversion.skipped_nonfinite
         stats.skipped_unchanged += conversion.unchanged
+        stats.skipped_resent += conversion.resent
         stats.unsupported_metrics += conversion.unsupported
         stats.renamed_keys += conversion.renamed
         if conversion.skipped_nonfinite:

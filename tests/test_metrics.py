@@ -356,6 +356,33 @@ def test_preferred_temporality_switches_histograms_to_cumulative_and_counters_to
     assert _series(project, "r", "c") == {1: 3, 2: 4}
 
 
+def test_delta_points_sent_again_are_logged_once(project):
+    """An OTLP client sends a metrics request again when its answer was lost: delta points
+    (same series, same interval) must not add up twice; a new interval still counts."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    delta = {Counter: AggregationTemporality.DELTA, Histogram: AggregationTemporality.DELTA}
+    reader = InMemoryMetricReader(preferred_temporality=delta)
+    provider = MeterProvider(metric_readers=[reader])
+    meter = provider.get_meter("m")
+    counter, hist = meter.create_counter("c"), meter.create_histogram("h")
+    exporter = TrackioMetricExporter(project=project, name="r", histogram_stats=("count",))
+    set_step(1)
+    counter.add(3)
+    hist.record(2.0)
+    first = reader.get_metrics_data()
+    assert exporter.export(first) is MetricExportResult.SUCCESS
+    assert exporter.export(first) is MetricExportResult.SUCCESS  # sent again
+    counter.add(4)
+    assert exporter.export(reader.get_metrics_data()) is MetricExportResult.SUCCESS  # new
+    exporter.shutdown()
+    provider.shutdown()
+
+    assert _series(project, "r", "c") == {1: 7}  # 3 + 4, not 3 + 3 + 4
+    assert _series(project, "r", "h/count") == {1: 1}
+    assert exporter.stats.skipped_resent == 2
+
+
 def test_default_temporality_is_cumulative_counters_and_delta_histograms(project):
     exporter = TrackioMetricExporter(project=project, name="r")
     pref = exporter._preferred_temporality

@@ -61,6 +61,9 @@ class Conversion:
     signatures: dict[int, dict[str, Any]] = field(default_factory=dict)
     # step -> {counter stream: its new _CounterState}, kept by ``commit`` once logged.
     counters: dict[int, dict[Any, _CounterState]] = field(default_factory=dict)
+    # step -> the delta points' (series, start, end), remembered by ``commit`` once logged.
+    intervals: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
+    resent: int = 0  # delta points sent again (their interval was logged already): left out
     unsupported_types: set[str] = field(default_factory=set)
     points: int = 0
     skipped_nonfinite: int = 0
@@ -90,8 +93,10 @@ class MetricConverter:
 
     Stateful to skip re-logging: a cumulative or gauge point whose (series, step) already got
     the same value in an earlier conversion is left out, so a cumulative point carrying an old
-    ``step`` attribute is not logged again at every export. Delta histogram points are always
-    new. And to plot counters per step: each counter stream's total where its last step began.
+    ``step`` attribute is not logged again at every export. A delta point is new unless its
+    series and interval (start and end time) were logged already: a client sending a request
+    again, its answer lost, would otherwise add it twice. And to plot counters per step: each
+    counter stream's total where its last step began.
 
     Args:
         step_attribute: the point attribute holding the step (never part of series names).
@@ -124,6 +129,7 @@ class MetricConverter:
         self.reserved_keys = frozenset(reserved_keys)
         self.max_remembered = max_remembered
         self._last: dict[tuple[str, int], Any] = {}
+        self._intervals: dict[tuple[str, int, int], None] = {}  # delta points logged
 
     def convert(self, data: MetricsData, fallback_step: Callable[[], int]) -> Conversion:
         """Convert every point of ``data``; ``fallback_step`` is called at most once, when needed.
@@ -162,6 +168,8 @@ class MetricConverter:
                 series = self.series_name(name, attributes)
                 step = step_for(attributes)
                 out.points += 1
+                if delta and self._sent_again(out, step, series, point):
+                    continue
                 value, always = point.value, delta
                 if counter:
                     value = self._step_amount(out, step, series, point, attributes, delta)
@@ -175,10 +183,28 @@ class MetricConverter:
                 series = self.series_name(name, attributes)
                 step = step_for(attributes)
                 out.points += 1
+                if delta and self._sent_again(out, step, series, histogram_point):
+                    continue
                 self._put_histogram(out, step, series, histogram_point, exponential, delta)
         else:
             out.unsupported += 1
             out.unsupported_types.add(type(data).__name__)
+
+    def _sent_again(self, out: Conversion, step: int, series: str, point: Any) -> bool:
+        """True (counted) when this delta point's interval was logged already; else it is
+        noted, to be remembered once logged."""
+        interval = (
+            series,
+            int(getattr(point, "start_time_unix_nano", 0) or 0),
+            int(getattr(point, "time_unix_nano", 0) or 0),
+        )
+        if not interval[2]:
+            return False  # no end time: nothing tells a resend from a new point
+        if interval in self._intervals:
+            out.resent += 1
+            return True
+        out.intervals.setdefault(step, []).append(interval)
+        return False
 
     def _own_step(self, attributes: Mapping[str, Any]) -> int | None:
         return parse_step(attributes.get(self.step_attribute)) if attributes else None
@@ -295,6 +321,10 @@ class MetricConverter:
             if len(self._counters) >= self.max_remembered:
                 self._counters.clear()
             self._counters[key] = state
+        for interval in out.intervals.get(step, ()):
+            if len(self._intervals) >= self.max_remembered:
+                self._intervals.pop(next(iter(self._intervals)))
+            self._intervals[interval] = None
 
     def _key(self, series: str, out: Conversion) -> str:
         if series in self.reserved_keys or series.startswith("__"):
