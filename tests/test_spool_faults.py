@@ -14,6 +14,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import shutil
 import signal
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_traces
+from conftest import read_logs, read_traces
 from fault_tally import tally
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -822,6 +823,44 @@ def test_a_request_sent_again_after_its_answer_was_lost_is_stored_once(
     assert results == [True] * 12
     assert proxy.lost == 4 and proxy.requests == 16  # each lost answer brought the request again
     _check("answer-lost", acknowledged, Stored(_stored_rows(project, "r", fresh_dir)))
+
+
+def test_a_metrics_request_sent_again_after_its_answer_was_lost_counts_once(
+    project, trackio_dir, tmp_path
+):
+    """The official metric exporter (delta temporality) sends a request again when the answer
+    is lost: the counter's points are added once."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import Counter as CounterInstrument
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        AggregationTemporality,
+        PeriodicExportingMetricReader,
+    )
+
+    server = Server(project, trackio_dir, tmp_path / "spool")
+    proxy = ResponseLosingProxy(server.url, lose=lambda n: True)  # every first answer lost
+    exporter = OTLPMetricExporter(
+        endpoint=proxy.url + "/v1/metrics",
+        preferred_temporality={CounterInstrument: AggregationTemporality.DELTA},
+    )
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=math.inf)
+    provider = MeterProvider(
+        metric_readers=[reader], resource=Resource.create({"trackio.run": "r"})
+    )
+    counter = provider.get_meter("m").create_counter("tokens")
+    try:
+        for step in range(3):
+            counter.add(10, {"step": step})
+            assert provider.force_flush()
+        provider.shutdown()
+        _wait_until(lambda: len(read_logs(project, "r")) >= 3, what="the metrics stored")
+    finally:
+        proxy.close()
+        server.stop()
+    assert proxy.lost == 3 and proxy.requests == 6  # each request was sent twice
+    values = [(row["step"], row["tokens"]) for row in read_logs(project, "r") if "tokens" in row]
+    assert sorted(values) == [(0, 10), (1, 10), (2, 10)]
 
 
 def test_a_request_sent_again_to_the_restarted_receiver_is_stored_once(
