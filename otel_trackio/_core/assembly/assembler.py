@@ -22,9 +22,10 @@ Nothing is lost:
   the trace's root, or as partial when flushed;
 * a duplicated span id never overwrites the first span: the duplicate goes out on its own.
 
-Nothing is doubled: a span sent again — the same span id, name, start and end as one buffered,
-held or logged already (a client retrying a request whose response it never got) — is dropped and
-counted (:attr:`SampleAssembler.resent`), and so is a GenAI log event sent again.
+Nothing is doubled: a span sent again — the same trace, span id, name, start, end, parent and
+status as one buffered, held or logged already (a client retrying a request whose response it never
+got) — is dropped and counted (:attr:`SampleAssembler.resent`), and so is a GenAI log event sent
+again.
 
 GenAI events sent as OTel log records (``LogEventRecord``, :meth:`SampleAssembler.add_events`)
 join the span they name as one more span event, whatever the order of arrival: an event whose
