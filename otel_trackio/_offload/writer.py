@@ -73,10 +73,9 @@ def _deprioritise() -> None:
     Ctrl-C reaches only the rollout). Under autogroup scheduling the kernel first shares the CPU
     between sessions' autogroups, each at its group's own nice (0), and only then between the
     threads inside one by their nice: ``os.nice`` alone ranks the writer below nothing but
-    itself, and it takes a fair share of the CPU from the rollout (measured: figure 13's loop lag
-    1.53x the no-op's with the writer running, 0.97x with it stopped). The autogroup's nice is
-    set only when this process leads its session, so that a writer started by hand from a shell
-    never lowers the shell's session with it.
+    itself, and it takes a fair share of a busy CPU from the rollout (docs/performance.md, figure
+    13). The autogroup's nice is set only when this process leads its session, so that a writer
+    started by hand from a shell never lowers the shell's session with it.
     """
     with contextlib.suppress(OSError):
         os.nice(NICENESS)
