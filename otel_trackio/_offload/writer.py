@@ -84,6 +84,7 @@ def _deprioritise() -> None:
     with contextlib.suppress(OSError):  # no autogroup (another OS, or disabled): nice suffices
         _AUTOGROUP.write_text(f"{NICENESS}\n")
 
+
 def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
     """Open or join the run, and say which it is (:data:`OPENED_FILE`, the config)."""
     settings = config.settings
