@@ -15,9 +15,10 @@ Arms, each in a fresh process (no warm caches or threads carried over), alternat
   objects make each full garbage collection, on the loop's thread, cost more. What a process
   pays that imports Trackio itself; with offload (the default) otel-trackio never imports it in
   the rollout process — the writer process opens the run;
-* ``configure``     — ``otel_trackio.configure()`` (defaults: offload to a writer process);
-* ``configure-gc-freeze`` — ``configure(gc_freeze=True)``: the objects alive after setup are
-  frozen out of the garbage collector's view;
+* ``configure``     — ``otel_trackio.configure()`` (defaults: offload to a writer process, the
+  objects alive after setup frozen out of the garbage collector's view);
+* ``configure-no-gc-freeze`` — ``configure(gc_freeze=False)``: the collector's full collections
+  on the loop's thread walk the setup's objects too (the default before #24);
 * ``configure-inproc`` — ``configure(offload=False)`` (conversion and Trackio writes here);
 * ``hand-built``    — ``BatchSpanProcessor(TrackioSpanExporter(project, name))``, the README's
   "By hand" path with the exporter's own defaults.
@@ -53,7 +54,7 @@ ARMS = (
     "noop",
     "noop-trackio",
     "configure",
-    "configure-gc-freeze",
+    "configure-no-gc-freeze",
     "configure-inproc",
     "hand-built",
 )
@@ -186,7 +187,7 @@ def run_arm(arm: str) -> dict[str, Any]:
 
             options: dict[str, Any] = {
                 "configure": {},
-                "configure-gc-freeze": {"gc_freeze": True},
+                "configure-no-gc-freeze": {"gc_freeze": False},
                 "configure-inproc": {"offload": False},
             }[arm]
             handle = otel_trackio.configure(PROJECT, name, **options)

@@ -270,9 +270,11 @@ class TrackioSettings:
     Process:
         gc_freeze: ``configure()`` ends with ``gc.collect(); gc.freeze()``: every object alive
             then (imported modules: OpenTelemetry's, this package's, yours) leaves the garbage
-            collector's view, so each full collection — which runs on whatever thread allocates,
-            your event loop's included — walks only what the rollout creates afterwards. Off by
-            default: cyclic garbage among the frozen objects is never collected.
+            collector's view until the handle's ``shutdown()``, so each full collection — which
+            runs on whatever thread allocates, your event loop's included — walks only what the
+            rollout creates afterwards (figure 13: the longest full collection 21 -> 6 ms). The
+            price: cyclic garbage among those objects waits for ``shutdown()`` to be collected.
+            ``shutdown()`` unfreezes them again unless something else froze objects first.
     """
 
     project: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_PROJECT)
@@ -331,7 +333,7 @@ class TrackioSettings:
 
     summary: bool = _setting(True, _BOOL, env.OTEL_EXPORTER_TRACKIO_SUMMARY)
 
-    gc_freeze: bool = _setting(False, _BOOL, env.OTEL_EXPORTER_TRACKIO_GC_FREEZE)
+    gc_freeze: bool = _setting(True, _BOOL, env.OTEL_EXPORTER_TRACKIO_GC_FREEZE)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -305,6 +305,7 @@ class TrackioTelemetry:
         self._request = request
         self._lock = threading.Lock()
         self._closed = False
+        self._unfreeze = False  # configure() froze the setup's objects, alone: thaw at shutdown
         self.span_exporter = span_exporter
         self.log_exporter = log_exporter
         self.metric_exporter = metric_exporter
@@ -410,6 +411,8 @@ class TrackioTelemetry:
                 installed.sampler.target = DEFAULT_ON
         finally:
             self._sink.release()  # finishes the run only when configure() started it
+            if self._unfreeze:  # what was alive at configure() is collectable again
+                gc.unfreeze()
             with _lock:
                 if _active is self:
                     _active = None
@@ -562,12 +565,21 @@ def configure(
         )
         _active = handle
         if chosen.gc_freeze:  # everything set up and imported: out of the collector's way
-            gc.collect()
-            gc.freeze()
+            handle._unfreeze = _freeze_setup()
         # Registered after trackio.init()'s own exit hook, so it runs first: everything is
         # logged before Trackio finishes the run at exit.
         atexit.register(handle.shutdown)
         return handle
+
+
+def _freeze_setup() -> bool:
+    """Collect, then freeze every object alive (the imports and setup before the rollout) out of
+    the garbage collector's walk; True when nothing was frozen before, so that ``shutdown()``
+    may unfreeze them all without undoing someone else's ``gc.freeze()``."""
+    alone = gc.get_freeze_count() == 0
+    gc.collect()
+    gc.freeze()
+    return alone
 
 
 def active_telemetry() -> TrackioTelemetry | None:

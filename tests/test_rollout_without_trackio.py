@@ -224,23 +224,57 @@ def test_zero_code_spans_and_metrics_go_through_the_writer_too(project, trackio_
     assert _scalars(project, "zero", "rollout.reward/mean") == {0: 0.375, 1: 0.375}
 
 
-def test_gc_freeze_is_opt_in_and_freezes_what_configure_leaves(project, trackio_dir):
+def test_gc_freeze_is_on_by_default_and_shutdown_thaws_what_it_froze(project, trackio_dir):
+    # A reference cycle alive at configure() waits, frozen, until shutdown() to be collected;
+    # an application's own gc.freeze() before configure() is never undone.
     script = textwrap.dedent(
         f"""
-        import gc, sys
+        import gc, sys, weakref
         import otel_trackio
-        handle = otel_trackio.configure({project!r}, "frozen", gc_freeze=sys.argv[1] == "on")
+        from opentelemetry import trace
+        class Node: pass
+        cycle = Node(); cycle.me = cycle; alive = weakref.ref(cycle)
+        if sys.argv[2] == "app-froze":
+            gc.freeze()
+        options = {{}} if sys.argv[1] == "default" else {{"gc_freeze": sys.argv[1] == "on"}}
+        handle = otel_trackio.configure({project!r}, sys.argv[1] + "-" + sys.argv[2], **options)
         print("frozen:", gc.get_freeze_count() > 0)
+        del cycle
+        gc.collect()
+        print("collected while configured:", alive() is None)
+        tracer = trace.get_tracer("t")
+        for index in range(3):
+            with tracer.start_as_current_span("rollout", attributes={{"step": 1,
+                                                                     "sample_index": index}}):
+                pass
         handle.shutdown()
+        gc.collect()
+        print("frozen after shutdown:", gc.get_freeze_count() > 0)
+        print("collected after shutdown:", alive() is None)
         """
     )
-    for flag, expected in (("on", "True"), ("off", "False")):
+    cases = {
+        ("default", "alone"): ["True", "False", "False", "True"],
+        ("off", "alone"): ["False", "True", "False", "True"],
+        ("default", "app-froze"): ["True", "False", "True", "False"],
+    }
+    for (flag, app), expected in cases.items():
         result = subprocess.run(
-            [sys.executable, "-c", script, flag],
+            [sys.executable, "-c", script, flag, app],
             env={**os.environ, "TRACKIO_DIR": trackio_dir, **OFFLOAD_DEFAULT},
             capture_output=True,
             text=True,
             timeout=120,
         )
         assert result.returncode == 0, result.stderr
-        assert _said(result.stdout, "frozen:") == expected
+        said = [
+            _said(result.stdout, prefix)
+            for prefix in (
+                "frozen:",
+                "collected while configured:",
+                "frozen after shutdown:",
+                "collected after shutdown:",
+            )
+        ]
+        assert said == expected, (flag, app, result.stdout)
+        assert _keys(read_traces(project, f"{flag}-{app}")) == [(1, 0), (1, 1), (1, 2)]

@@ -220,6 +220,64 @@ def test_offloaded_traces_are_identical_to_in_process_ones(project):
     assert got == expected
 
 
+AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def _autogroup_nice(pid: int | str = "self") -> int:
+    """The nice value of a process's autogroup (``/autogroup-123 nice 0``)."""
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+@pytest.mark.skipif(not AUTOGROUP.exists(), reason="this kernel has no autogroup scheduling")
+def test_the_writer_takes_the_lowest_priority_of_its_own_autogroup_too(project):
+    # In a session of its own, the writer's nice alone would not rank it below the rollout:
+    # the kernel shares the CPU between sessions' autogroups first.
+    ours = _autogroup_nice()
+    provider, exporter = _offload_provider(project, "lowest")
+    writer = exporter.offloaded.writer_pid
+    deadline = time.monotonic() + 60
+    while _autogroup_nice(writer) != 19 and time.monotonic() < deadline:
+        time.sleep(0.02)  # set once the run is open
+    assert os.getsid(writer) == writer  # its own session: Ctrl-C reaches only the rollout
+    assert os.getpriority(os.PRIO_PROCESS, writer) == 19
+    assert _autogroup_nice(writer) == 19
+    assert _autogroup_nice() == ours  # the rollout's session keeps its priority
+    _emit(provider, steps=2, samples=10)
+    provider.shutdown()
+    traces = read_traces(project, "lowest")
+    keys = sorted((t["step"], t["metadata"]["sample_index"]) for t in traces)
+    assert keys == [(step, i) for step in range(2) for i in range(10)]
+
+
+@pytest.mark.skipif(not AUTOGROUP.exists(), reason="this kernel has no autogroup scheduling")
+def test_a_writer_that_does_not_lead_its_session_leaves_the_sessions_priority_alone():
+    # A session of its own (as the client starts writers), holding a process that is not its
+    # leader (a writer started by hand from a shell), then the leader itself.
+    script = textwrap.dedent(
+        """
+        import os, subprocess, sys
+        from pathlib import Path
+        def nice():
+            return Path("/proc/self/autogroup").read_text().split()[-1]
+        call = "from otel_trackio._offload.writer import _deprioritise; _deprioritise()"
+        subprocess.run([sys.executable, "-c", call], check=True)
+        print("after a member:", nice())
+        exec(call)
+        print("after the leader:", nice())
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        start_new_session=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["after a member: 0", "after the leader: 19"]
+
+
 def test_force_flush_returns_once_everything_is_durable(project):
     provider, exporter = _offload_provider(project, "flush")
     _emit(provider, steps=1, samples=30)

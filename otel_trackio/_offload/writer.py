@@ -61,6 +61,29 @@ NICENESS = 19
 """The writer's CPU priority once the run is open: the lowest, so that on a machine with no core
 to spare the rollout's threads (and anything else) run first; the spool holds what waits."""
 
+_AUTOGROUP = Path("/proc/self/autogroup")
+"""Linux's autogroup of this process's session (present when the kernel schedules by autogroup,
+``kernel.sched_autogroup_enabled``, the default of most distributions)."""
+
+
+def _deprioritise() -> None:
+    """Take the lowest CPU priority: ``nice`` 19, and the same for this process's autogroup.
+
+    The writer runs in a session of its own (the client starts it with ``start_new_session``:
+    Ctrl-C reaches only the rollout). Under autogroup scheduling the kernel first shares the CPU
+    between sessions' autogroups, each at its group's own nice (0), and only then between the
+    threads inside one by their nice: ``os.nice`` alone ranks the writer below nothing but
+    itself, and it takes a fair share of a busy CPU from the rollout (docs/performance.md, figure
+    13). The autogroup's nice is set only when this process leads its session, so that a writer
+    started by hand from a shell never lowers the shell's session with it.
+    """
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
+    if os.getsid(0) != os.getpid():
+        return
+    with contextlib.suppress(OSError):  # no autogroup (another OS, or disabled): nice suffices
+        _AUTOGROUP.write_text(f"{NICENESS}\n")
+
 
 def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
     """Open or join the run, and say which it is (:data:`OPENED_FILE`, the config)."""
@@ -154,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if not orphaned:
         # The rollout comes first: on a busy machine the writer takes the CPU it leaves. (After
         # opening the run, which the rollout process waits for.)
-        with contextlib.suppress(OSError):
-            os.nice(NICENESS)
+        _deprioritise()
     registry = OpenSampleRegistry()
     own = build_run_engine(
         settings,
