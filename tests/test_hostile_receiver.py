@@ -13,7 +13,7 @@ import logging
 import socket
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -348,12 +348,20 @@ def test_the_body_budget_keeps_headroom_for_small_requests():
 # -- routes --------------------------------------------------------------------------------------
 
 
-def test_an_exhausted_route_cap_is_a_retryable_503_with_a_warning(project, start_receiver, caplog):
-    receiver = start_receiver(max_routes=2, sample_grace_seconds=0)  # its own run + one more
-    url = receiver.url + "/v1/traces"
+def _poster(url: str) -> Callable[[trace_service_pb2.ExportTraceServiceRequest], requests.Response]:
+    """Post a trace request to the receiver at ``url`` (protobuf), answer returned as it is."""
 
     def post(request: trace_service_pb2.ExportTraceServiceRequest) -> requests.Response:
-        return requests.post(url, data=request.SerializeToString(), headers=PROTOBUF, timeout=60)
+        return requests.post(
+            url + "/v1/traces", data=request.SerializeToString(), headers=PROTOBUF, timeout=60
+        )
+
+    return post
+
+
+def test_an_exhausted_route_cap_is_a_retryable_503_with_a_warning(project, start_receiver, caplog):
+    receiver = start_receiver(max_routes=2, sample_grace_seconds=0)  # its own run + one more
+    post = _poster(receiver.url)
 
     assert post(sample(6, 0)).status_code == 200
     assert post(sample(6, 1, run="a")).status_code == 200
@@ -380,10 +388,7 @@ def test_an_idle_route_is_closed_and_data_for_it_opens_it_again_into_the_same_ru
     """A receiver serving run after run: a route idle for ``route_idle_seconds``, nothing
     waiting in it, is closed (its memory freed); the next data for it continues the run."""
     receiver = start_receiver(limits=ReceiverLimits(route_idle_seconds=0.5), sample_grace_seconds=0)
-    url = receiver.url + "/v1/traces"
-
-    def post(request: trace_service_pb2.ExportTraceServiceRequest) -> requests.Response:
-        return requests.post(url, data=request.SerializeToString(), headers=PROTOBUF, timeout=60)
+    post = _poster(receiver.url)
 
     assert post(sample(6, 1, run="a")).status_code == 200
     _wait_until(lambda: _stored(project, "a") == [(6, 1)])
@@ -402,10 +407,7 @@ def test_a_full_route_table_makes_room_by_closing_the_least_recent_quiet_route(
 ):
     monkeypatch.setattr(routing, "ROOM_IDLE_SECONDS", 0.0)  # no wait in a test
     receiver = start_receiver(max_routes=2, sample_grace_seconds=0)  # its own run + one more
-    url = receiver.url + "/v1/traces"
-
-    def post(request: trace_service_pb2.ExportTraceServiceRequest) -> requests.Response:
-        return requests.post(url, data=request.SerializeToString(), headers=PROTOBUF, timeout=60)
+    post = _poster(receiver.url)
 
     assert post(sample(6, 0, run="a")).status_code == 200
     _wait_until(lambda: _stored(project, "a") == [(6, 0)])

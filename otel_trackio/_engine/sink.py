@@ -53,12 +53,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from otel_trackio._core.samples import stored_span_key
 from otel_trackio._engine.warn import Warnings
 
 _logger = logging.getLogger("otel_trackio")
+_T = TypeVar("_T")
 
 #: Trackio 0.43's ``utils.RESERVED_KEYS``, used only when the installed Trackio lacks the list.
 FALLBACK_RESERVED_KEYS: frozenset[str] = frozenset(
@@ -570,51 +571,62 @@ def _finished(run: RunLike) -> bool:
     return isinstance(flag, threading.Event) and flag.is_set()
 
 
+def _read_run_storage(
+    sink: TrackioSink, read: Callable[[Any], _T], empty: _T, what: str
+) -> _T | None:
+    """``read(SQLiteStorage)`` for the sink's run: ``empty`` when the run has nothing stored
+    yet, or is remote (a Trackio server or Space, whose storage cannot be read here: said once);
+    None when storage cannot be read now (warned; the caller tries again later)."""
+    if is_remote(sink.run):
+        _lost(
+            "local storage for this run",
+            "after a writer crash or a request sent again, samples of a remote run may be "
+            "logged twice",
+        )
+        return empty
+    from trackio.sqlite_storage import SQLiteStorage
+
+    try:
+        if sink.run_name not in SQLiteStorage.get_runs(sink.project):
+            return empty
+        return read(SQLiteStorage)
+    except Exception as exc:  # noqa: BLE001 - unreadable now: the caller retries
+        _logger.warning("otel-trackio: could not read %s: %r", what, exc)
+        return None
+
+
 def stored_steps(sink: TrackioSink) -> set[int] | None:
     """The steps at which the sink's run has Traces in Trackio's storage now (any key): where a
     sample sent again after a restart (its first copy stored by the process before) can be.
-    None when storage cannot be read now; empty for a remote run (see :func:`stored_span_ids`)."""
-    if is_remote(sink.run):
-        return set()
-    from trackio.sqlite_storage import SQLiteStorage
+    None when storage cannot be read now; empty for a remote run."""
 
-    trace_steps = getattr(SQLiteStorage, "get_trace_steps", None)
-    if trace_steps is None:
-        _lost(
-            "SQLiteStorage.get_trace_steps",
-            "a sample sent again across a receiver's restart may be logged twice",
-        )
-        return set()
-    try:
-        if sink.run_name not in SQLiteStorage.get_runs(sink.project):
+    def read(storage: Any) -> set[int]:
+        trace_steps = getattr(storage, "get_trace_steps", None)
+        if trace_steps is None:
+            _lost(
+                "SQLiteStorage.get_trace_steps",
+                "a sample sent again across a receiver's restart may be logged twice",
+            )
             return set()
         counts = trace_steps(sink.project, sink.run_name)
-    except Exception as exc:  # noqa: BLE001 - unreadable now: the caller retries
-        _logger.warning("otel-trackio: could not read the steps of stored traces: %r", exc)
-        return None
-    return {int(entry["step"]) for entry in counts.get("steps") or () if "step" in entry}
+        return {int(entry["step"]) for entry in counts.get("steps") or () if "step" in entry}
+
+    nothing: set[int] = set()
+    return _read_run_storage(sink, read, nothing, "the steps of stored traces")
 
 
 def stored_span_ids(sink: TrackioSink, key: str, step: int) -> set[str] | None:
     """The spans of every Trace stored under ``key`` at ``step`` in the sink's run, each by its
     trace and span id (:func:`~otel_trackio._core.samples.stored_span_key`): to tell which spans
-    of a replayed or retried sample are stored already. None
-    when storage cannot be read now (try again later); empty for a remote run (Trackio server
-    or Space), whose storage cannot be read here, so a crash there can log a sample twice."""
-    if is_remote(sink.run):
-        _lost(
-            "local storage for this run",
-            "after a writer crash, samples of a remote run may be logged twice",
-        )
-        return set()
-    from trackio.sqlite_storage import SQLiteStorage
+    of a replayed or retried sample are stored already. None when storage cannot be read now
+    (try again later); empty for a remote run, whose storage cannot be read here."""
 
-    try:
-        if sink.run_name not in SQLiteStorage.get_runs(sink.project):
-            return set()
-        rows = SQLiteStorage.get_traces(sink.project, sink.run_name, step=step)
-    except Exception as exc:  # noqa: BLE001 - unreadable now: the caller retries
-        _logger.warning("otel-trackio: could not read stored traces: %r", exc)
+    def read(storage: Any) -> list[dict[str, Any]]:
+        return list(storage.get_traces(sink.project, sink.run_name, step=step))
+
+    nothing: list[dict[str, Any]] = []
+    rows = _read_run_storage(sink, read, nothing, "stored traces")
+    if rows is None:
         return None
     out: set[str] = set()
     for row in rows:
