@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.metrics import (
     Counter,
@@ -33,6 +33,9 @@ from otel_trackio._engine import steps as _steps
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio._engine.warn import Warnings
 from otel_trackio.settings import TrackioSettings, settings_for
+
+if TYPE_CHECKING:
+    from otel_trackio._core.metric_convert import ConverterMemory
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -196,6 +199,19 @@ class TrackioMetricExporter(MetricExporter):
             if acquired:
                 self._lock.release()
         self._sink.release()
+
+    def memory(self) -> ConverterMemory:
+        """What this exporter remembers of what it logged (points, counter totals, delta
+        intervals). A process taking over its run's metrics passes it to :meth:`recall`, so a
+        point sent again or replayed is not logged twice (the receiver and the offload writer
+        keep it beside their spool)."""
+        with self._lock:
+            return self._converter.memory()
+
+    def recall(self, memory: ConverterMemory) -> None:
+        """Take over what an exporter of this run remembered before (see :meth:`memory`)."""
+        with self._lock:
+            self._converter.recall(memory)
 
     # -- the pipeline -------------------------------------------------------------------------
 

@@ -235,6 +235,63 @@ def test_a_restarted_counter_counts_from_zero(project):
     assert _plotted(project, "r", "tokens") == {0: 10, 1: 20, 2: 4, 3: 5}
 
 
+def test_an_exporter_taking_over_a_run_recalls_what_its_predecessor_logged(project):
+    """A restarted receiver's exporter recalls what the one before it logged (kept beside the
+    spool): a point sent again is not logged twice, and a counter's amount per step goes on
+    from the predecessor's total rather than from zero."""
+
+    def point(value: int, step: int) -> MetricsData:
+        data = Sum(
+            data_points=[NumberDataPoint({}, 1, 2 + value, value)],
+            aggregation_temporality=AggregationTemporality.CUMULATIVE,
+            is_monotonic=True,
+        )
+        set_step(step)
+        return _data([Metric(name="tokens", description=None, unit=None, data=data)])
+
+    before = TrackioMetricExporter(project=project, name="r")
+    for value, step in [(10, 0), (30, 1)]:
+        assert before.export(point(value, step)) is MetricExportResult.SUCCESS
+    memory = before.memory()
+    before.shutdown()
+    after = TrackioMetricExporter(project=project, name="r", resume="allow")
+    after.recall(memory)
+    for value, step in [(30, 1), (45, 2)]:  # the last point sent again, then a new one
+        assert after.export(point(value, step)) is MetricExportResult.SUCCESS
+    after.shutdown()
+    rows = [(r["step"], r["tokens"]) for r in read_logs(project, "r") if "tokens" in r]
+    assert rows == [(0, 10), (1, 20), (2, 15)]
+    assert after.stats.skipped_unchanged == 1
+
+
+def test_the_converter_memory_keeps_the_most_recent_entries():
+    conv = MetricConverter()
+    data = _data(
+        [
+            Metric(
+                name="tokens",
+                description=None,
+                unit=None,
+                data=Sum(
+                    data_points=[NumberDataPoint({"step": i}, i, i + 1, 1) for i in range(10)],
+                    aggregation_temporality=AggregationTemporality.DELTA,
+                    is_monotonic=True,
+                ),
+            )
+        ]
+    )
+    out = conv.convert(data, lambda: 0)
+    for step in out.by_step:
+        conv.commit(out, step)
+    memory = conv.memory(limit=3)
+    assert [interval[1] for interval in memory.intervals] == [7, 8, 9]
+    assert [key[1] for key, _ in memory.logged] == [7, 8, 9]
+    successor = MetricConverter()
+    successor.recall(memory)
+    again = successor.convert(data, lambda: 0)
+    assert again.resent == 3 and sorted(again.by_step) == list(range(7))  # the older ones: new
+
+
 def test_cumulative_points_with_an_old_step_are_not_logged_again(project):
     exporter = TrackioMetricExporter(project=project, name="r")
     provider = _provider(exporter)

@@ -5,6 +5,7 @@ with crashes of every party, on real Trackio storage."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -305,9 +306,7 @@ def test_a_killed_writer_is_restarted_and_nothing_is_lost_or_logged_twice(projec
     assert offload.writer_starts >= 4
     traces = read_traces(project, "crash")
     assert _keys(traces) == [(0, i) for i in range(160)]  # each sample exactly once
-    assert all(
-        len(t["spans"]) == 3 and not t["metadata"].get("partial") for t in traces
-    )
+    assert all(len(t["spans"]) == 3 and not t["metadata"].get("partial") for t in traces)
 
 
 ROLLOUT = textwrap.dedent(
@@ -583,3 +582,42 @@ def test_offloaded_log_events_join_their_samples_in_either_order_and_survive_a_w
         assert not trace["metadata"].get("partial"), trace["metadata"]
         index = trace["metadata"]["sample_index"]
         assert trace["messages"] == [{"role": "user", "content": f"q{index}"}]
+
+
+def test_a_damaged_metric_memory_is_ignored_and_an_unwritable_one_counted(
+    project, tmp_path, caplog
+):
+    """The metric memory beside a spool (what a restarted drainer recalls) is checked: a file
+    torn or altered is warned about and ignored, a duplicate rather than a crash; a spool
+    folder that refuses it is warned about once and counted, and the metrics go on."""
+    from otel_trackio._core.metric_convert import ConverterMemory
+    from otel_trackio._spool.metric_memory import (
+        MetricMemory,
+        load_memory,
+        memory_path,
+        save_memory,
+    )
+    from otel_trackio.metric_exporter import TrackioMetricExporter
+
+    path = memory_path(tmp_path, "p/r")
+    memory = ConverterMemory(intervals=(("tokens", 1, 2),))
+    save_memory(path, memory, fsync=True)
+    assert load_memory(path) == memory
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="otel_trackio"):
+        assert load_memory(path) is None
+    assert "is damaged: ignored" in caplog.text
+    path.write_bytes(b"OTMM1")  # torn
+    assert load_memory(path) is None
+
+    exporter = TrackioMetricExporter(project=project, name="r")
+    keeper = MetricMemory(tmp_path / "gone", fsync=False)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="otel_trackio"):
+        keeper.save(exporter, "p/r")
+        keeper.save(exporter, "p/r")
+    exporter.shutdown()
+    assert keeper.failed_saves == 2
+    assert caplog.text.count("may be counted twice") == 1

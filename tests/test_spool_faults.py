@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -861,6 +862,77 @@ def test_a_metrics_request_sent_again_after_its_answer_was_lost_counts_once(
     assert proxy.lost == 3 and proxy.requests == 6  # each request was sent twice
     values = [(row["step"], row["tokens"]) for row in read_logs(project, "r") if "tokens" in row]
     assert sorted(values) == [(0, 10), (1, 10), (2, 10)]
+
+
+def _metrics_requests(steps: Sequence[tuple[int, int]]) -> list[bytes]:
+    """OTLP metrics requests as the official exporter sends them (its own encoder), one per
+    (step, amount): a delta counter ``tokens`` with a ``step`` attribute, of run ``r``."""
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.sdk.metrics import Counter as CounterInstrument
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+
+    reader = InMemoryMetricReader(
+        preferred_temporality={CounterInstrument: AggregationTemporality.DELTA}
+    )
+    provider = MeterProvider(
+        metric_readers=[reader], resource=Resource.create({"trackio.run": "r"})
+    )
+    counter = provider.get_meter("m").create_counter("tokens")
+    requests = []
+    for step, amount in steps:
+        counter.add(amount, {"step": step})
+        data = reader.get_metrics_data()
+        assert data is not None
+        requests.append(encode_metrics(data).SerializeToString())
+    provider.shutdown()
+    return requests
+
+
+def _post_metrics(url: str, body: bytes) -> int:
+    request = urllib.request.Request(
+        url + "/v1/metrics", data=body, headers={"Content-Type": "application/x-protobuf"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return int(response.status)
+
+
+@pytest.mark.parametrize("fault", ["sent-again", "replayed"])
+def test_metrics_logged_before_a_receiver_was_killed_count_once_after_it(
+    project, trackio_dir, tmp_path, fault
+):
+    """The receiver logged a metrics request and was killed: before its answer left (the
+    client sends the request again to the receiver started in its place), or before its
+    checkpoint moved past the entry (the new drainer replays it). The new receiver remembers
+    the points logged (kept beside its spool), and a counter's step goes on from where it
+    stood."""
+    spool = tmp_path / "spool"
+    requests = _metrics_requests([(0, 10), (1, 10), (2, 10), (2, 5), (3, 10)])
+    first, second, third, more, fourth = requests
+    server = Server(project, trackio_dir, spool)
+    try:
+        assert [_post_metrics(server.url, body) for body in (first, second, third)] == [200] * 3
+        _wait_until(lambda: len(read_logs(project, "r")) >= 3, what="the metrics stored")
+    finally:
+        server.stop(signal.SIGKILL)
+    if fault == "replayed":  # killed after Trackio's write, before the checkpoint's
+        spool_segments.save_checkpoint(spool, spool_segments.Checkpoint())
+    server = Server(project, trackio_dir, spool)
+    try:
+        if fault == "sent-again":
+            assert _post_metrics(server.url, third) == 200
+        assert _post_metrics(server.url, more) == 200  # 5 more at step 2
+        assert _post_metrics(server.url, fourth) == 200
+        _wait_until(
+            lambda: any(row["step"] == 3 for row in read_logs(project, "r")),
+            what="the last step stored",
+        )
+    finally:
+        output = server.stop()
+    values = [(row["step"], row["tokens"]) for row in read_logs(project, "r") if "tokens" in row]
+    # Step 2 shows what was added there so far, each time it grew: 10, then 15; nothing twice.
+    assert values == [(0, 10), (1, 10), (2, 10), (2, 15), (3, 10)]
+    assert "Traceback" not in output
 
 
 def test_a_request_sent_again_to_the_restarted_receiver_is_stored_once(

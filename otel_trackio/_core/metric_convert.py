@@ -79,6 +79,23 @@ class Conversion:
 
 
 @dataclass(frozen=True, slots=True)
+class ConverterMemory:
+    """What a :class:`MetricConverter` remembers of what it logged, as plain data: for a
+    process that takes over a run's metrics after another stopped (a restarted receiver or
+    offload writer), so that a point sent again, or replayed from a spool, is not logged twice
+    and counters go on from where they stood.
+
+    ``logged``: (series, step) → the value (signature) logged there; ``counters``: counter
+    stream → (step, total, base); ``intervals``: the delta points logged, (series, start, end).
+    Each holds the most recent entries, oldest first.
+    """
+
+    logged: tuple[tuple[tuple[str, int], Any], ...] = ()
+    counters: tuple[tuple[Any, tuple[int, float, float]], ...] = ()
+    intervals: tuple[tuple[str, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class _CounterState:
     """Where a counter stream stood when last logged: at ``step`` its running total was
     ``total``, of which ``base`` was reached before that step."""
@@ -325,6 +342,31 @@ class MetricConverter:
             if len(self._intervals) >= self.max_remembered:
                 self._intervals.pop(next(iter(self._intervals)))
             self._intervals[interval] = None
+
+    def memory(self, limit: int = 20_000) -> ConverterMemory:
+        """What this converter remembers (at most the ``limit`` most recent entries of each
+        kind): what a successor needs, see :class:`ConverterMemory`."""
+
+        def recent(items: Iterable[Any], size: int) -> tuple[Any, ...]:
+            return tuple(items)[max(0, size - limit) :]
+
+        return ConverterMemory(
+            logged=recent(self._last.items(), len(self._last)),
+            counters=recent(
+                ((key, (c.step, c.total, c.base)) for key, c in self._counters.items()),
+                len(self._counters),
+            ),
+            intervals=recent(self._intervals, len(self._intervals)),
+        )
+
+    def recall(self, memory: ConverterMemory) -> None:
+        """Take over what a predecessor remembered (what this converter knows itself wins)."""
+        for key, signature in memory.logged:
+            self._last.setdefault(key, signature)
+        for stream, (step, total, base) in memory.counters:
+            self._counters.setdefault(stream, _CounterState(step, total, base))
+        for interval in memory.intervals:
+            self._intervals.setdefault(interval, None)
 
     def _key(self, series: str, out: Conversion) -> str:
         if series in self.reserved_keys or series.startswith("__"):

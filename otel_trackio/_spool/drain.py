@@ -43,6 +43,7 @@ from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.sink import stored_span_ids, stored_steps
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._spool.metric_memory import MetricMemory
 from otel_trackio._spool.segments import (
     FSYNC_POLICIES,
     Checkpoint,
@@ -56,6 +57,7 @@ from otel_trackio._spool.segments import (
     save_checkpoint,
     sync_segments,
 )
+from otel_trackio.metric_exporter import TrackioMetricExporter
 
 BACKOFF_SECONDS = (0.5, 30.0)
 """The drainer's wait before retrying a failed write or checkpoint: from the first, doubling,
@@ -70,6 +72,10 @@ class Destination(Protocol):
     @property
     def spans(self) -> TracePipeline:
         """The span pipeline of this route."""
+
+    @property
+    def metrics(self) -> TrackioMetricExporter | None:
+        """The metric exporter of this route (None: its metrics are ignored)."""
 
     def export_metrics(self, request: bytes) -> None:
         """Log a serialised OTLP metrics request."""
@@ -199,6 +205,7 @@ class Drainer:
         handed = max(checkpoint.processed, checkpoint.inflight or checkpoint.processed)
         self._recovering_until: Position | None = handed if handed > self.position else None
         self._metrics_logged_until = checkpoint.processed
+        self._metric_memory = MetricMemory(self.path, fsync=self._fsync)
         self._pipelines: list[TracePipeline] = []
         self._origin: dict[int, Position] = {}  # id(span record) -> the entry it came in
         self._saved_oldest: Position | None = None
@@ -299,10 +306,10 @@ class Drainer:
         elif entry.kind == codec.METRICS:
             route, request = codec.decode_metrics(entry.payload)
             target = self._destination(route)
-            # Metrics are logged as they come: skip those a previous drainer surely logged
-            # (an in-flight one may be logged twice rather than lost).
+            # Metrics are logged as they come: skip those a previous drainer surely logged;
+            # what it remembered tells the in-flight ones, and requests sent again, apart.
             if target is not None and entry.start >= self._metrics_logged_until:
-                target.export_metrics(request)
+                self._export_metrics(target, route, request)
         elif entry.kind == codec.FLUSH:
             flush = codec.decode_flush(entry.payload)
             number = flush.number
@@ -367,6 +374,17 @@ class Drainer:
             f"kept in memory, {waiting} bytes ({behind or 0:.0f} s) waiting in the spool; "
             f"retrying in {self._backoff:.1f} s",
         )
+
+    def _export_metrics(self, target: Destination, route: Route, request: bytes) -> None:
+        """Log one metrics entry with what the run's exporter logged before (in an earlier
+        drainer too), then keep what it remembers now beside the spool."""
+        exporter = target.metrics
+        if exporter is None:
+            return
+        run_key = f"{route[0]}/{route[1]}"
+        self._metric_memory.recall(exporter, run_key)
+        target.export_metrics(request)
+        self._metric_memory.save(exporter, run_key)
 
     def forget(self, pipeline: TracePipeline) -> None:
         """Stop tracking a pipeline that was closed with nothing waiting in it (its route

@@ -45,9 +45,9 @@ def receiver_spool(settings: TrackioSettings, project: str, name: str | None) ->
 
 
 SPOOL_FILES = ("checkpoint.json", "runs.json", "writer.pickle", "writer.log", "opened.json")
-"""Files of a spool besides its segments, locks and temporary files (``*.seg``, ``*.lock``,
-``*.tmp``)."""
-_SPOOL_SUFFIXES = (".seg", ".lock", ".tmp")
+"""Files of a spool besides its segments, locks, temporary files and metric memories (``*.seg``,
+``*.lock``, ``*.tmp``, ``*.memory``)."""
+_SPOOL_SUFFIXES = (".seg", ".lock", ".tmp", ".memory")
 
 
 def remove_spool(path: Path, root: Path) -> None:
