@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
 from types import MappingProxyType
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -23,6 +25,7 @@ from otel_trackio._codec.sdk import (
     attributes_view,
     public_span_row,
     record_from_readable_span,
+    resource_attributes,
     span_row,
 )
 
@@ -103,6 +106,10 @@ def test_hand_made_and_foreign_spans_are_read_through_the_public_api() -> None:
     assert row[:5] == (3, 4, "foreign", 1, 2)
     assert row[7] == {"sample_index": 4}
     assert "sample_index" in attributes_view(Foreign())
+    # The offload path's batch reader takes the public accessors for it too, beside SDK spans.
+    spans = [*_spans(), Foreign()]
+    _, decoded = codec.decode_spans(codec.encode_sdk_spans(spans))
+    assert decoded == [record_from_readable_span(s) for s in spans]
 
 
 def test_records_and_spool_rows_round_trip() -> None:
@@ -115,3 +122,17 @@ def test_records_and_spool_rows_round_trip() -> None:
     assert chat.resource == {**chat.resource, "service.name": "svc", "k": 1}
     assert [e.name for e in chat.events] == ["gen_ai.choice", "bare"]
     assert chat.scope == "scope-a"
+
+
+def test_a_spool_entry_of_row_tuples_written_by_an_earlier_version_still_decodes() -> None:
+    """Spools outlive upgrades (a receiver restarted on a new version finishes what the old one
+    left): entries holding one tuple per span, as before rows were laid end to end, decode."""
+    spans = _spans()
+    resources: dict[int, Any] = {}
+    rows = []
+    for span in spans:
+        row, resource = span_row(span)
+        resources.setdefault(row[12], resource_attributes(resource))
+        rows.append(row)
+    earlier = pickle.dumps(((None, None), resources, rows), pickle.HIGHEST_PROTOCOL)
+    assert codec.decode_spans(earlier) == codec.decode_spans(codec.encode_sdk_spans(spans))

@@ -7,7 +7,7 @@ nothing and pickling it is one fast C call per batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from otel_trackio._codec.tables import kind_name, status_name
@@ -19,9 +19,21 @@ None, events or None, status code (0 unset, 1 ok, 2 error), status description, 
 ``SpanKind`` value), resource key, scope name)``; events are ``(name, time_ns, attributes)``.
 The attributes may be a finished span's own dict: read them, never change them."""
 
+ROW_WIDTH = 14
+"""Fields per row: a spool entry holds its rows end to end in one flat list (:func:`rows_of`)."""
+
 RESOURCE_KEY = 12
 """Where a row holds its resource's key (``id(resource)``: the rows of one spool entry share
 their resources' attributes)."""
+
+
+def rows_of(flat: list[Any]) -> Iterator[SpanRow]:
+    """The rows of a flat list (rows end to end, :data:`ROW_WIDTH` fields each); a list of row
+    tuples (what spools written by earlier versions hold) passes as it is."""
+    if flat and flat[0].__class__ is tuple:
+        return iter(flat)
+    fields = iter(flat)
+    return zip(*([fields] * ROW_WIDTH), strict=True)
 
 
 def record_from_row(row: SpanRow, resource: Mapping[str, Any]) -> SpanRecord:

@@ -13,12 +13,13 @@ that knows the SDK's private layout; ``tests/test_sdk_span.py`` checks both ways
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util import BoundedList
+from opentelemetry.trace import SpanContext
 
 try:
     from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
@@ -36,6 +37,7 @@ __all__ = [
     "LogRecordExportResult",
     "LogRecordExporter",
     "attributes_view",
+    "extend_rows",
     "record_from_readable_log",
     "record_from_readable_span",
     "resource_attributes",
@@ -111,6 +113,76 @@ def _row_from_slots(span: ReadableSpan) -> tuple[SpanRow, Any]:
         span._resource,
         span._instrumentation_scope,
     )
+
+
+def extend_rows(
+    spans: Iterable[ReadableSpan], flat: list[Any], resources: dict[int, Mapping[str, Any]]
+) -> None:
+    """Append each span's :data:`~.rows.SpanRow` fields to ``flat`` (rows end to end, no tuple
+    per span) and its resource's attributes to ``resources`` (by ``id``): the offload export
+    path, a whole batch in one loop.
+
+    :func:`_row_from_slots` inlined: the export thread holds the GIL the rollout's event loop
+    waits for, and the calls and the tuple per span cost about a third of the encoding (2.7 ->
+    2.0 µs per GenAI span with the pickling). A span without the SDK's layout takes the public
+    accessors (:func:`span_row`)."""
+    extend = flat.extend
+    last_scope: Any = None
+    scope_name: str | None = None
+    last_resource: Any = _UNSEEN
+    for span in spans:
+        try:
+            context = span._context
+            parent = span._parent
+            attributes = span._attributes
+            events: Any = span._events
+            status = span._status
+            resource = span._resource
+            scope = span._instrumentation_scope
+            if scope is not last_scope:  # a batch's spans mostly share one scope
+                last_scope, scope_name = scope, scope.name if scope is not None else None
+            start = span._start_time or 0
+            # A SpanContext is a tuple (trace_id, span_id, is_remote, ...): indexing it spares
+            # a property call per field.
+            if context.__class__ is not SpanContext or (
+                parent is not None and parent.__class__ is not SpanContext
+            ):
+                raise AttributeError("not the SDK's span context")
+            row: tuple[Any, ...] = (
+                context[0],
+                context[1],
+                span._name,
+                start,
+                span._end_time or start,
+                parent[1] if parent is not None else None,
+                parent is not None and parent[2],
+                (attributes._dict or None)
+                if attributes.__class__ is BoundedAttributes
+                else _plain(attributes),
+                _events_of(events) if events else None,
+                status._status_code._value_ if status is not None else 0,
+                status._description if status is not None else None,
+                span._kind._value_ if span._kind is not None else 0,
+                id(resource),
+                scope_name,
+            )
+        except AttributeError:
+            row, resource = public_span_row(span)
+        extend(row)
+        if resource is not last_resource:
+            last_resource = resource
+            key = id(resource)
+            if key not in resources:
+                resources[key] = resource_attributes(resource)
+
+
+_UNSEEN = object()
+
+
+def _events_of(events: Any) -> tuple[Any, ...] | None:
+    if events.__class__ is BoundedList:
+        events = events._dq  # type: ignore[attr-defined]  # the list's deque, without its lock
+    return tuple((e.name, e.timestamp or 0, _plain(e.attributes) or {}) for e in events) or None
 
 
 def public_span_row(span: ReadableSpan) -> tuple[SpanRow, Any]:
