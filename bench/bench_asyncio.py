@@ -7,7 +7,7 @@ GenAI messages, and a tool span. A ticker task sleeps 1 ms at a time and records
 wakes: the event-loop lag, i.e. how long something else (the span processor, the export thread
 holding the GIL) kept the loop from running.
 
-Arms, each in a fresh process (no warm caches or threads carried over), alternated and repeated:
+Arms:
 
 * ``noop``          — the OTel SDK + ``BatchSpanProcessor`` + an exporter that drops everything
   (the floor: tracing on, export free);
@@ -20,19 +20,24 @@ Arms, each in a fresh process (no warm caches or threads carried over), alternat
 * ``configure-no-gc-freeze`` — ``configure(gc_freeze=False)``: the collector's full collections
   on the loop's thread walk the setup's objects too (the default before #24);
 * ``configure-inproc`` — ``configure(offload=False)`` (conversion and Trackio writes here);
-* ``hand-built``    — ``BatchSpanProcessor(TrackioSpanExporter(project, name))``, the README's
-  "By hand" path with the exporter's own defaults.
+* ``hand-built``    — ``TrackioSpanProcessor(TrackioSpanExporter(project, name))``, the README's
+  "By hand" path with the exporter's and processor's own defaults.
 
-Each child process runs the ``STEPS``-step rollout ``REPEATS`` times (a rollout process runs
-many steps: the figures pool them — loop lags of all repeats, their summed wall time). Per round
-each arm's loop-lag p99 and wall time are divided by the same round's ``noop``; the figures are
-the medians of those ratios (robust to a busy machine: a neighbour's burst hits one
-round, not the median). CPU per span is the rollout process's own CPU time
-(``time.process_time()``: every thread of this process, never the writer process's) from the first
-span to the processor's queue exported — in process, to every sample logged (``force_flush``) —
-minus the ``noop`` arm's, over the spans; the
-exporter's own counters play no part. Every arm's samples are counted in Trackio's storage after
-its shutdown. The last line printed is the summary.
+Each arm runs in a process of its own (fresh: no warm caches or threads carried over), set up
+once and warmed up with one step; the processes stay alive and take turns: a round runs one
+``STEPS``-step rollout (a *repeat*) in ``noop``'s process, then one in the next arm's, and so
+on, the order reversed every other round. After each repeat, untimed, the arm's work is settled
+(its processor's queue exported and, offloaded, the writer's backlog durable), so none of it runs
+while another arm is measured. Each repeat's loop-lag p99 and wall time are divided by those of
+the ``noop`` repeat next to it (about a second apart); the figures are the medians of those
+ratios. Pairing neighbouring repeats is what makes the figures hold on a shared VM, whose speed
+drifts by a factor of up to 2 within minutes (a fixed pure-Python loop measured 0.20-0.29 s,
+then 0.48-0.67 s, half an hour apart): ratios of whole processes run several seconds apart
+moved by +-0.2-0.3. CPU per span is the rollout process's own CPU time (``time.process_time()``:
+every thread of this process, never the writer process's) from the repeat's first span to the
+processor's queue exported — in process, to every sample logged (``force_flush``) — minus the
+``noop`` repeat's, over the spans; the exporter's own counters play no part. Every arm's samples
+are counted in Trackio's storage after its shutdown. The last line printed is the summary.
 """
 
 from __future__ import annotations
@@ -62,7 +67,6 @@ STEPS = 8
 CONCURRENCY = 256
 MODEL_CALLS = 3
 SPANS_PER_SAMPLE = 2 + MODEL_CALLS  # root, model calls, one tool span
-REPEATS = 3
 LATENCY = 0.002
 TICK = 0.001
 PROJECT = "bench-asyncio"
@@ -162,109 +166,167 @@ def _p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) > 1 else 0.0
 
 
-def run_arm(arm: str) -> dict[str, Any]:
-    """One arm in this (fresh) process: warm up one step, then measure ``STEPS`` steps."""
-    import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+class _Arm:
+    """One arm set up in this (fresh) process, warmed up: one step exported and (offloaded)
+    durable, so the writer process is up."""
 
-    name = uuid.uuid4().hex[:8]
-    spans = REPEATS * STEPS * CONCURRENCY * SPANS_PER_SAMPLE
-    queue = 2 * spans  # nothing dropped: every arm does the same work
-    handle: Any = None
-    exporter: Any = None
-    with w.quiet_stdout():
-        if arm in ("noop", "noop-trackio"):
-            if arm == "noop-trackio":
-                import trackio  # noqa: F401
-            provider: Any = TracerProvider()
-            provider.add_span_processor(
-                BatchSpanProcessor(w.NoOpSpanExporter(), max_queue_size=queue)
-            )
-        elif arm.startswith("configure"):
-            import otel_trackio
+    def __init__(self, arm: str) -> None:
+        import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-            options: dict[str, Any] = {
-                "configure": {},
-                "configure-no-gc-freeze": {"gc_freeze": False},
-                "configure-inproc": {"offload": False},
-            }[arm]
-            handle = otel_trackio.configure(PROJECT, name, **options)
-            provider = trace.get_tracer_provider()
-        elif arm == "hand-built":
-            from otel_trackio import TrackioSpanExporter
+        self.arm = arm
+        self.name = uuid.uuid4().hex[:8]
+        self.spans = STEPS * CONCURRENCY * SPANS_PER_SAMPLE  # per repeat
+        queue = 4 * self.spans  # nothing dropped: every arm does the same work
+        self.handle: Any = None
+        self.exporter: Any = None
+        self.repeats = 0
+        with w.quiet_stdout():
+            if arm in ("noop", "noop-trackio"):
+                if arm == "noop-trackio":
+                    import trackio  # noqa: F401
+                provider: Any = TracerProvider()
+                provider.add_span_processor(
+                    BatchSpanProcessor(w.NoOpSpanExporter(), max_queue_size=queue)
+                )
+            elif arm.startswith("configure"):
+                import otel_trackio
 
-            exporter = TrackioSpanExporter(PROJECT, name)
-            provider = TracerProvider()
-            provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=queue))
-        else:
-            raise SystemExit(f"unknown arm {arm!r}")
-    tracer = provider.get_tracer("bench")
-    # Warm up: one step, exported and (with offload) durable, so the writer process is up.
-    warm = REPEATS * STEPS
-    asyncio.run(_rollout(tracer, 1, _all_messages(1, warm), first_step=warm))
-    with w.quiet_stdout():
-        provider.force_flush(600_000)
-        if handle is not None:
-            handle.force_flush(600_000)
-        elif exporter is not None:
-            exporter.force_flush(600_000)
-    lags: list[float] = []
-    wall = 0.0
-    cpu0 = time.process_time()
-    for repeat in range(REPEATS):
-        first = repeat * STEPS
+                options: dict[str, Any] = {
+                    "configure": {},
+                    "configure-no-gc-freeze": {"gc_freeze": False},
+                    "configure-inproc": {"offload": False},
+                }[arm]
+                self.handle = otel_trackio.configure(PROJECT, self.name, **options)
+                provider = trace.get_tracer_provider()
+            elif arm == "hand-built":
+                from otel_trackio import TrackioSpanExporter, TrackioSpanProcessor
+
+                self.exporter = TrackioSpanExporter(PROJECT, self.name)
+                provider = TracerProvider()
+                provider.add_span_processor(
+                    TrackioSpanProcessor(self.exporter, max_queue_size=queue)
+                )
+            else:
+                raise SystemExit(f"unknown arm {arm!r}")
+        self.provider = provider
+        self.tracer = provider.get_tracer("bench")
+        self.warm_step = 10_000  # its own step, far from the measured ones
+        asyncio.run(
+            _rollout(self.tracer, 1, _all_messages(1, self.warm_step), first_step=self.warm_step)
+        )
+        self._settle()
+
+    @property
+    def span_exporter(self) -> Any:
+        return self.handle.span_exporter if self.handle is not None else self.exporter
+
+    def _settle(self) -> None:
+        """Everything exported and (offloaded: by the writer) durable: nothing of this arm's
+        work is left to run while another arm is measured."""
+        import _workload as w
+
+        with w.quiet_stdout():
+            self.provider.force_flush(600_000)
+            if self.span_exporter is not None:
+                self.span_exporter.force_flush(600_000)
+
+    def repeat(self) -> dict[str, Any]:
+        """One ``STEPS``-step rollout, measured; then settled, untimed."""
+        import _workload as w
+
+        first = self.repeats * STEPS
+        self.repeats += 1
         messages = _all_messages(STEPS, first)  # the model's text: not timed
+        cpu0 = time.process_time()
         wall0 = time.perf_counter()
-        lags += asyncio.run(_rollout(tracer, STEPS, messages, first_step=first))
-        wall += time.perf_counter() - wall0
-    with w.quiet_stdout():
-        provider.force_flush(600_000)  # the processor's queue exported
+        lags = asyncio.run(_rollout(self.tracer, STEPS, messages, first_step=first))
+        wall = time.perf_counter() - wall0
+        with w.quiet_stdout():
+            self.provider.force_flush(600_000)  # the processor's queue exported
         cpu = time.process_time() - cpu0
-        # In process the rest of the work (held samples converted and logged) is this
-        # process's too; offloaded it is the writer's (this process only waits for it).
-        span_exporter = handle.span_exporter if handle is not None else exporter
-        if span_exporter is not None:
-            span_exporter.force_flush(600_000)
-            if span_exporter.offloaded is None:
-                cpu = time.process_time() - cpu0
-    with w.quiet_stdout():
-        if handle is not None:
-            handle.shutdown()
-        else:
-            provider.shutdown()
-    stored = -1
-    if not arm.startswith("noop"):
-        stored = w.count_traces(PROJECT, name) - CONCURRENCY  # minus the warm-up step
-    w.cleanup()
-    return {
-        "arm": arm,
-        "lag_p99_ms": _p99(lags) * 1000,
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "spans": spans,
-        "stored": stored,
-    }
+        span_exporter = self.span_exporter
+        if span_exporter is not None and span_exporter.offloaded is None:
+            # In process the rest of the work (held samples converted and logged) is this
+            # process's too; offloaded it is the writer's (this process only waits for it).
+            with w.quiet_stdout():
+                span_exporter.force_flush(600_000)
+            cpu = time.process_time() - cpu0
+        self._settle()
+        return {"lag_p99_ms": _p99(lags) * 1000, "wall_s": wall, "cpu_s": cpu, "spans": self.spans}
+
+    def finish(self) -> dict[str, Any]:
+        """Shut down; the samples of the measured repeats found in Trackio's storage."""
+        import _workload as w
+
+        with w.quiet_stdout():
+            if self.handle is not None:
+                self.handle.shutdown()
+            else:
+                self.provider.shutdown()
+        stored = -1
+        if not self.arm.startswith("noop"):
+            stored = w.count_traces(PROJECT, self.name) - CONCURRENCY  # minus the warm-up step
+        w.cleanup()
+        return {"stored": stored, "expected": self.repeats * STEPS * CONCURRENCY}
 
 
-def _child(spec: str) -> dict[str, Any]:
-    """Run one arm in a fresh process; ``arm@DIR`` runs it with the otel_trackio of checkout
-    ``DIR`` (before/after comparisons in one run)."""
-    arm, _, checkout = spec.partition("@")
-    env = dict(os.environ, TRACKIO_DISABLE_TELEMETRY="1")
-    if checkout:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--arm", arm],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"arm {arm} failed:\n{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+_RESULT = "RESULT "
+
+
+def _serve(arm: str) -> None:
+    """A child: set the arm up, then run one repeat per ``run`` line on stdin; ``stop`` ends.
+    Each answer is one ``RESULT {json}`` line on stdout."""
+    state = _Arm(arm)
+    print(_RESULT + json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "run":
+            print(_RESULT + json.dumps(state.repeat()), flush=True)
+        elif command == "stop":
+            print(_RESULT + json.dumps(state.finish()), flush=True)
+            return
+
+
+class _Child:
+    """An arm's process, alive for the whole bench; ``arm@DIR`` runs it with the otel_trackio
+    of checkout ``DIR`` (before/after comparisons in one run)."""
+
+    def __init__(self, spec: str) -> None:
+        arm, _, checkout = spec.partition("@")
+        env = dict(os.environ, TRACKIO_DISABLE_TELEMETRY="1")
+        if checkout:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
+        self.spec = spec
+        self.process = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--arm", arm],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self._answer()  # ready
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(_RESULT):
+                result: dict[str, Any] = json.loads(line[len(_RESULT) :])
+                return result
+        raise RuntimeError(f"arm {self.spec} failed (exit {self.process.wait()})")
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def stop(self) -> dict[str, Any]:
+        result = self.ask("stop")
+        self.process.wait(600)
+        return result
 
 
 def _load() -> str:
@@ -274,7 +336,9 @@ def _load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=5, help="arms alternate; medians count")
+    parser.add_argument(
+        "--rounds", type=int, default=12, help="repeats per arm, alternating; medians count"
+    )
     parser.add_argument(
         "--arms",
         default=",".join(ARMS),
@@ -283,7 +347,7 @@ def main() -> None:
     parser.add_argument("--arm", help=argparse.SUPPRESS)  # one arm, in this process
     args = parser.parse_args()
     if args.arm:
-        print(json.dumps(run_arm(args.arm)))
+        _serve(args.arm)
         return
     import _workload as w
 
@@ -296,6 +360,7 @@ def main() -> None:
     }
     raw: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     print(f"asyncio bench start: {_load()}", file=sys.stderr)
+    children = {a: _Child(a) for a in arms}  # one process per arm, alive throughout
     for r in range(args.rounds):
         # noop beside every arm, order reversed every other round (no arm always goes first).
         order = [a for other in others for a in ("noop", other)]
@@ -303,21 +368,22 @@ def main() -> None:
             order.reverse()
         results: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
         for arm in order:
-            result = _child(arm)
+            result = children[arm].ask("run")
             results[arm].append(result)
             raw[arm].append(result)
             print(
                 f"round {r + 1} {arm:16s}: loop lag p99 {result['lag_p99_ms']:5.1f} ms, wall "
-                f"{result['wall_s']:.3f} s, CPU {result['cpu_s']:.3f} s, stored {result['stored']}",
+                f"{result['wall_s']:.3f} s, CPU {result['cpu_s']:.3f} s",
                 file=sys.stderr,
             )
-        # Each arm against the no-op run next to it.
+        # Each arm against the no-op repeat next to it.
         for k, other in enumerate(others):
             base, mine = results["noop"][k], results[other][0]
             ratios[other]["lag"].append(mine["lag_p99_ms"] / base["lag_p99_ms"])
             ratios[other]["wall"].append(mine["wall_s"] / base["wall_s"])
             ratios[other]["cpu"].append((mine["cpu_s"] - base["cpu_s"]) / mine["spans"] * 1e6)
-    expected = REPEATS * STEPS * CONCURRENCY
+    finals = {arm: child.stop() for arm, child in children.items()}
+    expected = args.rounds * STEPS * CONCURRENCY
     med = statistics.median
     noop = raw["noop"]
     print(
@@ -329,19 +395,19 @@ def main() -> None:
     summary = []
     for arm in others:
         lag, wall, cpu = (med(ratios[arm][k]) for k in ("lag", "wall", "cpu"))
-        stored_all = all(x["stored"] == expected for x in raw[arm])
-        stored = min(x["stored"] for x in raw[arm])
+        stored = finals[arm]["stored"]
+        stored_all = stored == expected
         print(
             f"{arm:16s}: loop lag p99 {lag:.2f}x, wall {wall:.2f}x, +{cpu:.1f} us CPU/span in "
             f"the rollout process (loop lag {med(x['lag_p99_ms'] for x in raw[arm]):.1f} ms, "
             f"wall {med(x['wall_s'] for x in raw[arm]):.3f} s; medians), stored "
-            f"{stored}/{expected} (least of {len(raw[arm])})",
+            f"{stored}/{expected}",
             file=sys.stderr,
         )
         summary.append(f"{arm} lag {lag:.2f}x wall {wall:.2f}x +{cpu:.0f} us/span")
         target = arm == "configure"
         w.write_result(
-            f"13. asyncio {REPEATS}x{STEPS} steps x {CONCURRENCY} concurrent samples, {arm}: "
+            f"13. asyncio {STEPS} steps x {CONCURRENCY} concurrent samples, {arm}: "
             "loop-lag p99 / wall vs no-op (medians); rollout-process CPU per span over no-op",
             f"{lag:.2f}x / {wall:.2f}x; +{cpu:.1f} µs; stored {stored}/{expected}",
             f"<= {LAG_TARGET:.2f}x / <= {WALL_TARGET:.2f}x, all stored" if target else "(recorded)",

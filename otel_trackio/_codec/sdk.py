@@ -159,7 +159,7 @@ def extend_rows(
                 (attributes._dict or None)
                 if attributes.__class__ is BoundedAttributes
                 else _plain(attributes),
-                _events_of(events) if events else None,
+                _events_of(events),
                 status._status_code._value_ if status is not None else 0,
                 status._description if status is not None else None,
                 span._kind._value_ if span._kind is not None else 0,
@@ -180,9 +180,13 @@ _UNSEEN = object()
 
 
 def _events_of(events: Any) -> tuple[Any, ...] | None:
+    """A span's events as rows, None when it has none (a ``BoundedList`` read through its
+    deque: its ``__len__`` is Python code, a microsecond per span)."""
     if events.__class__ is BoundedList:
         events = events._dq  # type: ignore[attr-defined]  # the list's deque, without its lock
-    return tuple((e.name, e.timestamp or 0, _plain(e.attributes) or {}) for e in events) or None
+    if not events:
+        return None
+    return tuple((e.name, e.timestamp or 0, _plain(e.attributes) or {}) for e in events)
 
 
 def public_span_row(span: ReadableSpan) -> tuple[SpanRow, Any]:
