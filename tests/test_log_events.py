@@ -221,6 +221,30 @@ def test_log_events_sent_again_after_their_sample_went_out_are_stored_once(proje
     assert continuation["messages"] == [{"role": "user", "content": "late"}]
 
 
+def test_messages_of_one_time_and_name_are_each_kept_when_they_come_late(project):
+    """Each message of a request is an event of the same name, and an instrumentation may stamp
+    them all with the request's time: one that comes after its sample went out is another
+    message, not the first one sent again."""
+    setup = Setup(project, sample_grace_seconds=0)
+    stamp = time.time_ns()
+    with setup.tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": 0}):
+        with setup.tracer.start_as_current_span("chat m", attributes=CHAT):
+            for text in ("first", "second"):
+                setup.logger.emit(
+                    LogRecord(
+                        timestamp=stamp, event_name="gen_ai.user.message", body={"content": text}
+                    )
+                )
+            first, second = setup.recorded.get_finished_logs()
+            assert setup.logs.export([first]) is LogRecordExportResult.SUCCESS
+    assert setup.spans._pipeline.flush()  # the sample goes out with the first message
+    assert setup.logs.export([second]) is LogRecordExportResult.SUCCESS  # late: a continuation
+    setup.close()
+    sample, continuation = read_traces(project, "r")
+    assert sample["messages"] == [{"role": "user", "content": "first"}]
+    assert continuation["messages"] == [{"role": "user", "content": "second"}]
+
+
 def test_the_log_exporter_keeps_the_exporter_contract(project):
     setup = Setup(project)
 

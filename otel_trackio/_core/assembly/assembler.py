@@ -266,7 +266,9 @@ class SampleAssembler:
                 late.setdefault((event.trace_id, event.span_id), []).append(event)
             else:
                 waiting = self._touch(event.trace_id, now).pending.setdefault(event.span_id, [])
-                if all(event.event != w.event for w in waiting):  # a retried export: once
+                if any(event.event == w.event for w in waiting):
+                    self.resent += 1  # a retried export: once
+                else:
                     waiting.append(event)
                     self._buffered += 1
                     self._pending += 1

@@ -34,7 +34,7 @@ class EmittedSamples:
         # span id -> (identity, what the span was: see sent_again)
         self._spans: OrderedDict[int, tuple[SampleIdentity, int]] = OrderedDict()
         self._traces: OrderedDict[int, object] = OrderedDict()
-        self._events: OrderedDict[tuple[int, int, str, int], None] = OrderedDict()
+        self._events: OrderedDict[tuple[int, int, str, int, int], None] = OrderedDict()
 
     def identity_of(self, trace_id: int, span_id: int | None) -> SampleIdentity | None:
         """The identity of the emitted sample span ``span_id`` of ``trace_id`` went out with."""
@@ -90,5 +90,8 @@ class EmittedSamples:
             traces.popitem(last=False)
 
 
-def _event_key(trace_id: int, span_id: int, event: EventRecord) -> tuple[int, int, str, int]:
-    return (trace_id, span_id, event.name, event.time_ns)
+def _event_key(trace_id: int, span_id: int, event: EventRecord) -> tuple[int, int, str, int, int]:
+    """What tells a GenAI log event sent again from another one: its span, name, time and
+    content (instrumentations stamp a request's messages with one time, and each message is an
+    event of the same name)."""
+    return (trace_id, span_id, event.name, event.time_ns, hash(repr(event.attributes)))
