@@ -18,14 +18,9 @@ The OTLP receiver cannot do this: OTLP carries ended spans only.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry.sdk.environment_variables import (
-    OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
-    OTEL_BSP_MAX_QUEUE_SIZE,
-)
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -34,18 +29,7 @@ from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio.settings import active_settings
 from otel_trackio.span_exporter import TrackioSpanExporter
 
-__all__ = ["EXPORT_BATCH_SIZE", "QUEUE_SIZE", "OpenSampleTracker", "TrackioSpanProcessor"]
-
-EXPORT_BATCH_SIZE = 2048
-"""Spans per export call of :class:`TrackioSpanProcessor`. Each export hands the export thread
-the GIL and back a few times (the spool's checksum and write release it), and on a VM every
-hand-over can cost the event loop a wake-up; four times fewer of them than the SDK's 512 made
-the asyncio rollout's wall time 1.13x -> 1.05x the no-op's, its loop lag unchanged
-(docs/performance.md, figure 13)."""
-
-QUEUE_SIZE = 16_384
-"""The span queue of :class:`TrackioSpanProcessor` (the SDK's 2048 would drop spans arriving
-while a whole batch of that size is exported)."""
+__all__ = ["OpenSampleTracker", "TrackioSpanProcessor"]
 
 
 class OpenSampleTracker(SpanProcessor):
@@ -103,23 +87,10 @@ class TrackioSpanProcessor(BatchSpanProcessor):
     root among them: it keeps its step and sample index).
 
     Takes the ``BatchSpanProcessor`` arguments (``max_queue_size``, ``schedule_delay_millis``,
-    ``max_export_batch_size``, ``export_timeout_millis``). Its defaults, where neither an
-    argument nor the SDK's ``OTEL_BSP_*`` variable says otherwise: batches of
-    :data:`EXPORT_BATCH_SIZE` spans (the SDK: 512) in a queue of :data:`QUEUE_SIZE`.
+    ``max_export_batch_size``, ``export_timeout_millis``).
     """
 
     def __init__(self, span_exporter: TrackioSpanExporter, **batch_options: Any) -> None:
-        if batch_options.get("max_queue_size") is None and not os.environ.get(
-            OTEL_BSP_MAX_QUEUE_SIZE
-        ):
-            batch_options["max_queue_size"] = QUEUE_SIZE
-        queue = batch_options.get("max_queue_size")
-        if (
-            batch_options.get("max_export_batch_size") is None
-            and not os.environ.get(OTEL_BSP_MAX_EXPORT_BATCH_SIZE)
-            and isinstance(queue, int)  # a queue the SDK reads from its variable: its batch
-        ):
-            batch_options["max_export_batch_size"] = min(EXPORT_BATCH_SIZE, queue)
         super().__init__(span_exporter, **batch_options)
         self._open_spans = span_exporter.open_spans
 

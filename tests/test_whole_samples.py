@@ -380,26 +380,3 @@ def test_concurrent_flushes_from_a_thread_pool_keep_samples_whole(project):
     assert len(traces) == 32 and _split_samples(traces) == 0
     assert not any(t["metadata"].get("partial") for t in traces)
 
-
-@pytest.mark.parametrize(
-    ("options", "environ", "expected"),
-    [
-        ({}, {}, (2048, 16_384)),  # few, large exports: fewer GIL hand-overs (figure 13)
-        ({"max_export_batch_size": 100}, {}, (100, 16_384)),
-        ({"max_queue_size": 1000}, {}, (1000, 1000)),  # a batch never exceeds its queue
-        ({}, {"OTEL_BSP_MAX_QUEUE_SIZE": "1000"}, (512, 1000)),  # the SDK's variables win
-        ({}, {"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64"}, (64, 16_384)),
-    ],
-)
-def test_the_span_processor_exports_large_batches_unless_told_otherwise(
-    project, monkeypatch, options, environ, expected
-):
-    for variable, value in environ.items():
-        monkeypatch.setenv(variable, value)
-    exporter = TrackioSpanExporter(project, "batches")
-    processor = TrackioSpanProcessor(exporter, **options)
-    try:
-        batches = processor._batch_processor  # the SDK's, where it keeps what it was given
-        assert (batches._max_export_batch_size, batches._max_queue_size) == expected
-    finally:
-        processor.shutdown()
