@@ -379,4 +379,3 @@ def test_concurrent_flushes_from_a_thread_pool_keep_samples_whole(project):
     traces = read_traces(project, "mixed")
     assert len(traces) == 32 and _split_samples(traces) == 0
     assert not any(t["metadata"].get("partial") for t in traces)
-
