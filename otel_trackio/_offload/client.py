@@ -51,7 +51,6 @@ from otel_trackio._offload.protocol import (
     OpenedReport,
     WriterConfig,
     read_opened,
-    write_atomically,
 )
 from otel_trackio._spool.paths import process_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import (
@@ -61,6 +60,7 @@ from otel_trackio._spool.segments import (
     SpoolFull,
     bytes_from,
     load_checkpoint,
+    write_atomically,
 )
 from otel_trackio.settings import TrackioSettings
 

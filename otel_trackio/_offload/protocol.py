@@ -7,7 +7,6 @@ writer's engine."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,13 +37,6 @@ class WriterConfig:
     name: str | None
     parent_pid: int
     run_id: str | None = None
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` (a reader sees the old or the new file, never a part)."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
 
 
 @dataclass(frozen=True)

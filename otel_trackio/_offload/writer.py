@@ -49,11 +49,10 @@ from otel_trackio._offload.protocol import (
     OPENED_FILE,
     STOPPED,
     WriterConfig,
-    write_atomically,
 )
 from otel_trackio._spool.drain import BACKOFF_SECONDS, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_root
-from otel_trackio._spool.segments import is_locked
+from otel_trackio._spool.segments import is_locked, write_atomically
 
 _logger = logging.getLogger("otel_trackio")
 

@@ -16,16 +16,15 @@ ignored (a duplicate beats a crash). A clean stop removes it with the spool.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-import os
 import pickle
 import weakref
 import zlib
 from pathlib import Path
 
 from otel_trackio._core.metric_convert import ConverterMemory
+from otel_trackio._spool.segments import write_atomically
 from otel_trackio.metric_exporter import TrackioMetricExporter
 
 MEMORY_SUFFIX = ".memory"
@@ -43,18 +42,7 @@ def memory_path(spool: Path, run_key: str) -> Path:
 def save_memory(path: Path, memory: ConverterMemory, *, fsync: bool) -> None:
     """Write ``memory`` atomically; ``fsync``: on the disk before it replaces the old file."""
     payload = pickle.dumps(memory, pickle.HIGHEST_PROTOCOL)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(_MAGIC + zlib.crc32(payload).to_bytes(4, "big") + payload)
-            if fsync:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
+    write_atomically(path, _MAGIC + zlib.crc32(payload).to_bytes(4, "big") + payload, fsync=fsync)
 
 
 def load_memory(path: Path) -> ConverterMemory | None:

@@ -442,11 +442,17 @@ def load_checkpoint(path: Path) -> Checkpoint | None:
 def save_checkpoint(path: Path, checkpoint: Checkpoint, *, fsync: bool = False) -> None:
     """Write the checkpoint atomically (a reader sees the old or the new one, never half).
     ``fsync``: on the disk before it replaces the old one (survives a power loss)."""
-    target = Path(path) / "checkpoint.json"
-    temporary = target.with_suffix(f".{os.getpid()}.tmp")
+    write_atomically(Path(path) / "checkpoint.json", checkpoint.to_json().encode(), fsync=fsync)
+
+
+def write_atomically(target: Path, data: bytes, *, fsync: bool = False) -> None:
+    """Replace ``target`` with ``data``: a reader sees the old file or the new one, never a
+    part. ``fsync``: the data and the rename on the disk before returning (survives a power
+    loss). A failed write leaves the old file and no temporary one (raises ``OSError``)."""
+    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        with open(temporary, "w") as handle:
-            handle.write(checkpoint.to_json())
+        with open(temporary, "wb") as handle:
+            handle.write(data)
             if fsync:
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -456,7 +462,7 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint, *, fsync: bool = False) 
             temporary.unlink()
         raise
     if fsync:
-        sync_directory(Path(path))
+        sync_directory(target.parent)
 
 
 def sync_directory(path: Path) -> None:
