@@ -162,6 +162,17 @@ async def _rollout(
     return lags
 
 
+def _runqueue_wait() -> float:
+    """Seconds this thread has spent runnable but waiting for a CPU (Linux schedstat; 0
+    elsewhere): the loop thread's time off the CPU split into preempted and sleeping (on the
+    GIL, or idle in ``select``)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) > 1 else 0.0
 
@@ -241,9 +252,13 @@ class _Arm:
         self.repeats += 1
         messages = _all_messages(STEPS, first)  # the model's text: not timed
         cpu0 = time.process_time()
+        loop0 = time.thread_time()  # the event loop runs on this thread
+        queued0 = _runqueue_wait()
         wall0 = time.perf_counter()
         lags = asyncio.run(_rollout(self.tracer, STEPS, messages, first_step=first))
         wall = time.perf_counter() - wall0
+        loop_cpu = time.thread_time() - loop0
+        queued = _runqueue_wait() - queued0
         with w.quiet_stdout():
             self.provider.force_flush(600_000)  # the processor's queue exported
         cpu = time.process_time() - cpu0
@@ -255,7 +270,14 @@ class _Arm:
                 span_exporter.force_flush(600_000)
             cpu = time.process_time() - cpu0
         self._settle()
-        return {"lag_p99_ms": _p99(lags) * 1000, "wall_s": wall, "cpu_s": cpu, "spans": self.spans}
+        return {
+            "lag_p99_ms": _p99(lags) * 1000,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "loop_cpu_s": loop_cpu,
+            "loop_queued_s": queued,
+            "spans": self.spans,
+        }
 
     def finish(self) -> dict[str, Any]:
         """Shut down; the samples of the measured repeats found in Trackio's storage."""
@@ -356,7 +378,7 @@ def main() -> None:
         arms.insert(0, "noop")
     others = arms[1:]
     ratios: dict[str, dict[str, list[float]]] = {
-        a: {"lag": [], "wall": [], "cpu": []} for a in arms
+        a: {"lag": [], "wall": [], "cpu": [], "loop": [], "off": [], "queued": []} for a in arms
     }
     raw: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     print(f"asyncio bench start: {_load()}", file=sys.stderr)
@@ -373,7 +395,8 @@ def main() -> None:
             raw[arm].append(result)
             print(
                 f"round {r + 1} {arm:16s}: loop lag p99 {result['lag_p99_ms']:5.1f} ms, wall "
-                f"{result['wall_s']:.3f} s, CPU {result['cpu_s']:.3f} s",
+                f"{result['wall_s']:.3f} s, CPU {result['cpu_s']:.3f} s (loop thread "
+                f"{result['loop_cpu_s']:.3f} s)",
                 file=sys.stderr,
             )
         # Each arm against the no-op repeat next to it.
@@ -382,6 +405,19 @@ def main() -> None:
             ratios[other]["lag"].append(mine["lag_p99_ms"] / base["lag_p99_ms"])
             ratios[other]["wall"].append(mine["wall_s"] / base["wall_s"])
             ratios[other]["cpu"].append((mine["cpu_s"] - base["cpu_s"]) / mine["spans"] * 1e6)
+            # The wall's extra split: the loop thread's own CPU, and its time off the CPU
+            # (waiting for the GIL, preempted) beyond the no-op's.
+            ratios[other]["loop"].append(
+                (mine["loop_cpu_s"] - base["loop_cpu_s"]) / mine["spans"] * 1e6
+            )
+            ratios[other]["queued"].append(
+                (mine["loop_queued_s"] - base["loop_queued_s"]) / mine["spans"] * 1e6
+            )
+            ratios[other]["off"].append(
+                ((mine["wall_s"] - mine["loop_cpu_s"]) - (base["wall_s"] - base["loop_cpu_s"]))
+                / mine["spans"]
+                * 1e6
+            )
     finals = {arm: child.stop() for arm, child in children.items()}
     expected = args.rounds * STEPS * CONCURRENCY
     med = statistics.median
@@ -394,14 +430,18 @@ def main() -> None:
     )
     summary = []
     for arm in others:
-        lag, wall, cpu = (med(ratios[arm][k]) for k in ("lag", "wall", "cpu"))
+        lag, wall, cpu, loop, off, queued = (
+            med(ratios[arm][k]) for k in ("lag", "wall", "cpu", "loop", "off", "queued")
+        )
         stored = finals[arm]["stored"]
         stored_all = stored == expected
         print(
             f"{arm:16s}: loop lag p99 {lag:.2f}x, wall {wall:.2f}x, +{cpu:.1f} us CPU/span in "
             f"the rollout process (loop lag {med(x['lag_p99_ms'] for x in raw[arm]):.1f} ms, "
             f"wall {med(x['wall_s'] for x in raw[arm]):.3f} s; medians), stored "
-            f"{stored}/{expected}",
+            f"{stored}/{expected}; the wall's extra per span: loop thread CPU {loop:+.1f} us, "
+            f"loop thread off the CPU {off:+.1f} us (of which waiting for a CPU "
+            f"{queued:+.1f} us)",
             file=sys.stderr,
         )
         summary.append(f"{arm} lag {lag:.2f}x wall {wall:.2f}x +{cpu:.0f} us/span")

@@ -93,13 +93,27 @@ class TrackioSpanProcessor(BatchSpanProcessor):
     def __init__(self, span_exporter: TrackioSpanExporter, **batch_options: Any) -> None:
         super().__init__(span_exporter, **batch_options)
         self._open_spans = span_exporter.open_spans
+        if _batch_on_start_is_empty():
+            # Per span on the rollout's thread: one call, not this method, then the SDK's.
+            self.on_start = self._open_spans.started  # type: ignore[method-assign]
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
         """Record a starting span (one dict store), then what ``BatchSpanProcessor`` does."""
         self._open_spans.started(span)
-        super().on_start(span, parent_context=parent_context)
+        BatchSpanProcessor.on_start(self, span, parent_context=parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
         """Forget an ended span (one dict pop), then queue it for export."""
         self._open_spans.ended(span)
-        super().on_end(span)
+        BatchSpanProcessor.on_end(self, span)
+
+
+def _batch_on_start_is_empty() -> bool:
+    """Whether the installed SDK's ``BatchSpanProcessor.on_start`` does nothing (its body is
+    ``pass``, as in every SDK so far): then :class:`TrackioSpanProcessor` skips calling it."""
+    code = BatchSpanProcessor.on_start.__code__
+    return code.co_code == _EMPTY.co_code and code.co_consts[:1] == (None,)
+
+
+_EMPTY = (lambda span, parent_context=None: None).__code__
+"""The code of a function that does nothing (no docstring: ``None`` is its first constant)."""

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import (
     NonRecordingSpan,
@@ -20,6 +22,7 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
+from otel_trackio import TrackioSpanExporter, TrackioSpanProcessor
 from otel_trackio._codec import spool as codec
 from otel_trackio._codec.sdk import (
     attributes_view,
@@ -28,6 +31,7 @@ from otel_trackio._codec.sdk import (
     resource_attributes,
     span_row,
 )
+from otel_trackio._engine.open_spans import OpenSpans
 
 
 def _spans() -> list[ReadableSpan]:
@@ -136,3 +140,51 @@ def test_a_spool_entry_of_row_tuples_written_by_an_earlier_version_still_decodes
         rows.append(row)
     earlier = pickle.dumps(((None, None), resources, rows), pickle.HIGHEST_PROTOCOL)
     assert codec.decode_spans(earlier) == codec.decode_spans(codec.encode_sdk_spans(spans))
+
+
+def test_open_spans_read_the_span_id_of_sdk_and_hand_made_spans_alike() -> None:
+    """``OpenSpans`` reads an SDK span's id from its context tuple (the fast way) and any other
+    span's through the public API; both are the public ``context.span_id``."""
+    sdk_spans = _spans()
+    made = ReadableSpan("made", context=SpanContext(1, 2, is_remote=False), start_time=5)
+    no_context = ReadableSpan("none", context=None)
+    open_spans = OpenSpans()
+    for span in [*sdk_spans, made, no_context]:
+        open_spans.started(span, None)
+    assert len(open_spans) == len(sdk_spans) + 1  # a span without a context is not kept
+    for span in [*sdk_spans, made]:
+        assert span.context is not None
+        assert open_spans.lookup(span.context.trace_id, span.context.span_id) is not None
+    for span in [*sdk_spans, made, no_context]:
+        open_spans.ended(span)
+    assert len(open_spans) == 0
+
+
+def test_the_processor_still_calls_a_batch_on_start_that_does_something(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TrackioSpanProcessor`` skips ``BatchSpanProcessor.on_start`` only while it is empty:
+    an SDK whose on_start does something still has it called, for every span."""
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path))
+    calls: list[str] = []
+    exporter = TrackioSpanExporter("p", "fast-start", offload=False, summary=False)
+    try:
+        fast = TrackioSpanProcessor(exporter)
+        assert "on_start" in vars(fast)  # bound straight to the open-span registry
+
+        def on_start(self: Any, span: Any, parent_context: Any = None) -> None:
+            calls.append(span.name)
+
+        monkeypatch.setattr(BatchSpanProcessor, "on_start", on_start)
+        slow = TrackioSpanProcessor(exporter)
+        assert "on_start" not in vars(slow)
+        provider = TracerProvider()
+        provider.add_span_processor(slow)
+        with provider.get_tracer("t").start_as_current_span("s"):
+            assert len(exporter.open_spans) == 1
+        assert calls == ["s"]
+        assert len(exporter.open_spans) == 0
+        fast.shutdown()
+        provider.shutdown()
+    finally:
+        exporter.shutdown()

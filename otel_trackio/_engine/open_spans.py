@@ -9,8 +9,9 @@ span record marked unfinished (:data:`~otel_trackio._core.records.UNFINISHED`): 
 attributes and whatever was set since, its events, and an end at the flush.
 
 Cost per span (on the rollout's hot path): one dict store at start, one dict pop at end, no lock
-(both are single operations on a builtin dict, atomic under the GIL). The records are only
-built at a flush.
+(both are single operations on a builtin dict, atomic under the GIL), the span id read from the
+SDK span's own context tuple (``tests/test_sdk_span.py`` checks it is the public one). The
+records are only built at a flush.
 """
 
 from __future__ import annotations
@@ -40,21 +41,33 @@ class OpenSpans:
         self._max = max_spans
         self.untracked = 0
 
-    def started(self, span: ReadableSpan) -> None:
-        """Remember a span that started (O(1), lock-free)."""
-        context = span.context
-        if context is None:
-            return
-        if len(self._open) >= self._max:
+    def started(self, span: ReadableSpan, parent_context: Any = None) -> None:
+        """Remember a span that started (O(1), lock-free). Takes ``on_start``'s arguments, so a
+        processor can bind it as its ``on_start``: one call per span on the rollout's thread."""
+        open_spans = self._open
+        if len(open_spans) >= self._max:
             self.untracked += 1
             return
-        self._open[context.span_id] = span
+        try:
+            # The SDK's span: its SpanContext (a tuple) indexed, not two property calls.
+            span_id = span._context[1]  # type: ignore[index]
+        except (AttributeError, TypeError, IndexError):
+            context = span.context
+            if context is None:
+                return
+            span_id = context.span_id
+        open_spans[span_id] = span
 
     def ended(self, span: ReadableSpan) -> None:
         """Forget a span that ended (O(1), lock-free)."""
-        context = span.context
-        if context is not None:
-            self._open.pop(context.span_id, None)
+        try:
+            span_id = span._context[1]  # type: ignore[index]  # as in started()
+        except (AttributeError, TypeError, IndexError):
+            context = span.context
+            if context is None:
+                return
+            span_id = context.span_id
+        self._open.pop(span_id, None)
 
     def records(
         self, now_ns: int | None = None, trace_ids: Collection[int] | None = None
