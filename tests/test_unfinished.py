@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_trackio import OpenSampleTracker, TrackioSpanExporter, TrackioSpanProcessor
+from otel_trackio._engine.open_spans import OpenSpans
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"}
@@ -126,6 +127,50 @@ def test_a_sample_idle_past_the_ttl_is_logged_with_its_open_spans(project):
         "rollout": "success",
         "execute_tool get_weather": "success",
     }
+
+
+def test_many_samples_idle_at_once_are_logged_with_their_open_spans_in_one_look(
+    project, monkeypatch
+):
+    """A model server goes away: 200 samples hang in their tool calls at once. The TTL logs
+    each with its open root and tool call, and reads the open spans once per sweep, not once
+    per idle trace (a pass over every open span each: quadratic, on the export thread)."""
+    looks: list[int] = []
+    records = OpenSpans.records
+
+    def counted(self: OpenSpans, now_ns: int | None = None, trace_ids=None):  # type: ignore[no-untyped-def]
+        if trace_ids is not None:
+            looks.append(len(trace_ids))
+        return records(self, now_ns, trace_ids)
+
+    monkeypatch.setattr(OpenSpans, "records", counted)
+    exporter = TrackioSpanExporter(project, "idle", sample_ttl_seconds=0.5)
+    provider = _provider(exporter, "processor")
+    tracer = provider.get_tracer("t")
+    hung = []
+    for i in range(200):
+        root = tracer.start_span("rollout", attributes={"step": 1, "sample_index": i})
+        with otel_trace.use_span(root, end_on_exit=False):
+            with tracer.start_as_current_span("chat m", attributes=CHAT):
+                pass
+            hung.append((root, tracer.start_span("execute_tool get_weather", attributes=TOOL)))
+    deadline = time.monotonic() + 60
+    while len(read_traces(project, "idle")) < 200:  # the timer, not a flush, logs them
+        assert time.monotonic() < deadline, "the TTL never logged the idle samples"
+        time.sleep(0.1)
+    stored = read_traces(project, "idle")
+    assert sorted(t["metadata"]["sample_index"] for t in stored) == list(range(200))
+    for trace in stored:
+        assert {s["name"]: s["status"] for s in trace["spans"]} == {
+            "rollout": "unfinished",
+            "chat m": "success",
+            "execute_tool get_weather": "unfinished",
+        }
+    assert sum(looks) >= 200 and len(looks) < 20, looks  # a look per sweep, not per trace
+    for root, tool in hung:
+        tool.end()
+        root.end()
+    provider.shutdown()
 
 
 def test_open_spans_shown_at_a_flush_end_later_as_a_continuation(project):

@@ -97,12 +97,13 @@ class OpenSampleLookup(Protocol):
 
 
 class OpenSpanSource(Protocol):
-    """What the assembler reads when it logs an idle trace at the TTL: the spans of that trace
-    started and not ended yet (read now, status ``unfinished``), so the partial sample shows
+    """What the assembler reads when it logs idle traces at the TTL: the spans of those traces
+    started and not ended yet (read now, status ``unfinished``), so each partial sample shows
     where it stopped."""
 
-    def open_records(self, trace_id: int) -> list[SpanRecord]:
-        """The spans of ``trace_id`` still open, as unfinished records ending now."""
+    def open_records(self, trace_ids: Collection[int]) -> list[SpanRecord]:
+        """The spans of ``trace_ids`` still open, as unfinished records ending now (one pass,
+        however many traces are asked for)."""
 
 
 def stored_span_key(trace_id: str | None, span_id: str) -> str:

@@ -12,7 +12,7 @@ identity. The assembler is given a registry to look in (an
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from otel_trackio._core.records import SpanRecord
@@ -69,10 +69,11 @@ class OpenSampleRegistry:
             by_trace.setdefault(record.trace_id, []).append(record)
         self._open_spans = by_trace
 
-    def open_records(self, trace_id: int) -> list[SpanRecord]:
-        """The spans of ``trace_id`` open at the last report (unfinished, ending then): what a
-        trace logged at the TTL shows (see :class:`~otel_trackio._core.samples.OpenSpanSource`)."""
-        return list(self._open_spans.get(trace_id, ()))
+    def open_records(self, trace_ids: Collection[int]) -> list[SpanRecord]:
+        """The spans of ``trace_ids`` open at the last report (unfinished, ending then): what
+        traces logged at the TTL show (see :class:`~otel_trackio._core.samples.OpenSpanSource`)."""
+        reported = self._open_spans
+        return [record for trace_id in trace_ids for record in reported.get(trace_id, ())]
 
     def __len__(self) -> int:
         return len(self._open)

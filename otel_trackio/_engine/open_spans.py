@@ -89,10 +89,10 @@ class OpenSpans:
             out.append(record)
         return out
 
-    def open_records(self, trace_id: int) -> list[SpanRecord]:
-        """The spans of ``trace_id`` still open, ending now (what a trace logged at the TTL
-        shows: see :class:`~otel_trackio._core.samples.OpenSpanSource`)."""
-        return self.records(trace_ids=(trace_id,))
+    def open_records(self, trace_ids: Collection[int]) -> list[SpanRecord]:
+        """The spans of ``trace_ids`` still open, ending now (what traces logged at the TTL
+        show: see :class:`~otel_trackio._core.samples.OpenSpanSource`)."""
+        return self.records(trace_ids=set(trace_ids))
 
     def traces_open_since(self, before_ns: int) -> set[int]:
         """The traces with a span open since before ``before_ns`` (ns since epoch)."""
