@@ -88,8 +88,9 @@ OTEL_EXPORTER_TRACKIO_SUMMARY = "OTEL_EXPORTER_TRACKIO_SUMMARY"
 and no note when a sampler starts leaving samples out. Default ``true``."""
 
 OTEL_EXPORTER_TRACKIO_GC_FREEZE = "OTEL_EXPORTER_TRACKIO_GC_FREEZE"
-"""``false``: ``configure()`` leaves the garbage collector alone. Default ``true``: it ends with
-``gc.collect(); gc.freeze()`` (undone by the handle's ``shutdown()``)."""
+"""``false``: ``configure()`` and a span exporter built by hand leave the garbage collector alone.
+Default ``true``: they end their setup with ``gc.collect(); gc.freeze()`` (undone by the last
+``shutdown()`` of them)."""
 
 OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS = "OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS"
 """How long a completed sample waits for spans and log events arriving after its root. Default: 0 in

@@ -268,13 +268,14 @@ class TrackioSettings:
         summary: print what the run logged, and the command that opens it, at shutdown (and
             when a sampler starts leaving samples out).
     Process:
-        gc_freeze: ``configure()`` ends with ``gc.collect(); gc.freeze()``: every object alive
-            then (imported modules: OpenTelemetry's, this package's, yours) leaves the garbage
-            collector's view until the handle's ``shutdown()``, so each full collection — which
-            runs on whatever thread allocates, your event loop's included — walks only what the
-            rollout creates afterwards (figure 13: the longest full collection 21 -> 6 ms). The
-            price: cyclic garbage among those objects waits for ``shutdown()`` to be collected.
-            ``shutdown()`` unfreezes them again unless something else froze objects first.
+        gc_freeze: ``configure()``, and a span exporter built by hand, end their setup with
+            ``gc.collect(); gc.freeze()``: every object alive then (imported modules:
+            OpenTelemetry's, this package's, yours) leaves the garbage collector's view until
+            the last ``shutdown()`` of them, so each full collection — which runs on whatever
+            thread allocates, your event loop's included — walks only what the rollout creates
+            afterwards (figure 13: the longest full collection 21 -> 6 ms). The price: cyclic
+            garbage among those objects waits for that ``shutdown()`` to be collected, which
+            unfreezes them again unless something else froze objects first.
     """
 
     project: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_PROJECT)

@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._core.records import SpanRecord
+from otel_trackio._engine.gc_freeze import freeze_setup
 from otel_trackio._engine.intake import EventIntake, register_intake
 from otel_trackio._engine.offload import with_offload_resolved
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
@@ -129,6 +130,8 @@ class TrackioSpanExporter(SpanExporter):
         # A TrackioLogExporter of the same project and run finds where to send GenAI events.
         register_intake(self.event_intake, settings.project, settings.name)
         register_intake(self.event_intake, self._sink.project, self._sink.run_name)
+        # Built by hand (not by configure(), which holds the freeze itself): the same setting.
+        self._thaw = freeze_setup() if settings.gc_freeze and _sink is None else None
 
     @property
     def run(self) -> RunLike:
@@ -223,6 +226,8 @@ class TrackioSpanExporter(SpanExporter):
                 self._sink.release()
         elif self._engine is not None:
             self._engine.shutdown(timeout, open_spans=open_spans)
+        if self._thaw is not None:
+            self._thaw()
         if self.settings.summary:
             for line in self.summary().lines(trackio_dir()):
                 say(line)

@@ -11,10 +11,9 @@ exporter: the same project and run return the existing handle, a different one r
 from __future__ import annotations
 
 import atexit
-import gc
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -39,6 +38,7 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
+from otel_trackio._engine.gc_freeze import freeze_setup
 from otel_trackio._engine.offload import with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio._offload.client import OffloadClient, portable
@@ -305,7 +305,7 @@ class TrackioTelemetry:
         self._request = request
         self._lock = threading.Lock()
         self._closed = False
-        self._unfreeze = False  # configure() froze the setup's objects, alone: thaw at shutdown
+        self._thaw: Callable[[], None] = _nothing  # releases configure()'s hold of gc_freeze
         self.span_exporter = span_exporter
         self.log_exporter = log_exporter
         self.metric_exporter = metric_exporter
@@ -411,8 +411,7 @@ class TrackioTelemetry:
                 installed.sampler.target = DEFAULT_ON
         finally:
             self._sink.release()  # finishes the run only when configure() started it
-            if self._unfreeze:  # what was alive at configure() is collectable again
-                gc.unfreeze()
+            self._thaw()  # what was alive at configure() is collectable again
             with _lock:
                 if _active is self:
                     _active = None
@@ -565,21 +564,15 @@ def configure(
         )
         _active = handle
         if chosen.gc_freeze:  # everything set up and imported: out of the collector's way
-            handle._unfreeze = _freeze_setup()
+            handle._thaw = freeze_setup()
         # Registered after trackio.init()'s own exit hook, so it runs first: everything is
         # logged before Trackio finishes the run at exit.
         atexit.register(handle.shutdown)
         return handle
 
 
-def _freeze_setup() -> bool:
-    """Collect, then freeze every object alive (the imports and setup before the rollout) out of
-    the garbage collector's walk; True when nothing was frozen before, so that ``shutdown()``
-    may unfreeze them all without undoing someone else's ``gc.freeze()``."""
-    alone = gc.get_freeze_count() == 0
-    gc.collect()
-    gc.freeze()
-    return alone
+def _nothing() -> None:
+    """No hold of ``gc_freeze`` to release."""
 
 
 def active_telemetry() -> TrackioTelemetry | None:

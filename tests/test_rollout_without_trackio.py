@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 
+import pytest
 from conftest import read_logs, read_traces, run_python
 from trackio.sqlite_storage import SQLiteStorage
 
@@ -224,9 +225,11 @@ def test_zero_code_spans_and_metrics_go_through_the_writer_too(project, trackio_
     assert _scalars(project, "zero", "rollout.reward/mean") == {0: 0.375, 1: 0.375}
 
 
-def test_gc_freeze_is_on_by_default_and_shutdown_thaws_what_it_froze(project, trackio_dir):
-    # A reference cycle alive at configure() waits, frozen, until shutdown() to be collected;
-    # an application's own gc.freeze() before configure() is never undone.
+@pytest.mark.parametrize("how", ["configure", "by-hand"])
+def test_gc_freeze_is_on_by_default_and_shutdown_thaws_what_it_froze(project, trackio_dir, how):
+    # A reference cycle alive at configure() (at building the exporter by hand: the same cost
+    # to the rollout otherwise) waits, frozen, until shutdown() to be collected; an
+    # application's own gc.freeze() before it is never undone.
     script = textwrap.dedent(
         f"""
         import gc, sys, weakref
@@ -237,7 +240,15 @@ def test_gc_freeze_is_on_by_default_and_shutdown_thaws_what_it_froze(project, tr
         if sys.argv[2] == "app-froze":
             gc.freeze()
         options = {{}} if sys.argv[1] == "default" else {{"gc_freeze": sys.argv[1] == "on"}}
-        handle = otel_trackio.configure({project!r}, sys.argv[1] + "-" + sys.argv[2], **options)
+        name = sys.argv[1] + "-" + sys.argv[2]
+        if sys.argv[3] == "configure":
+            handle = otel_trackio.configure({project!r}, name, **options)
+        else:
+            from opentelemetry.sdk.trace import TracerProvider
+            handle = TracerProvider()
+            handle.add_span_processor(otel_trackio.TrackioSpanProcessor(
+                otel_trackio.TrackioSpanExporter({project!r}, name, **options)))
+            trace.set_tracer_provider(handle)
         print("frozen:", gc.get_freeze_count() > 0)
         del cycle
         gc.collect()
@@ -260,7 +271,7 @@ def test_gc_freeze_is_on_by_default_and_shutdown_thaws_what_it_froze(project, tr
     }
     for (flag, app), expected in cases.items():
         result = subprocess.run(
-            [sys.executable, "-c", script, flag, app],
+            [sys.executable, "-c", script, flag, app, how],
             env={**os.environ, "TRACKIO_DIR": trackio_dir, **OFFLOAD_DEFAULT},
             capture_output=True,
             text=True,
