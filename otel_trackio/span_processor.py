@@ -93,8 +93,9 @@ class TrackioSpanProcessor(BatchSpanProcessor):
     def __init__(self, span_exporter: TrackioSpanExporter, **batch_options: Any) -> None:
         super().__init__(span_exporter, **batch_options)
         self._open_spans = span_exporter.open_spans
-        if _batch_on_start_is_empty():
-            # Per span on the rollout's thread: one call, not this method, then the SDK's.
+        if type(self).on_start is TrackioSpanProcessor.on_start and _batch_on_start_is_empty():
+            # Per span on the rollout's thread: one call, not this method, then the SDK's (not
+            # for a subclass with an on_start of its own).
             self.on_start = self._open_spans.started  # type: ignore[method-assign]
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:

@@ -175,6 +175,20 @@ def test_the_processor_still_calls_a_batch_on_start_that_does_something(
         def on_start(self: Any, span: Any, parent_context: Any = None) -> None:
             calls.append(span.name)
 
+        class Own(TrackioSpanProcessor):
+            def on_start(self, span: Any, parent_context: Any = None) -> None:
+                calls.append("own " + span.name)
+                super().on_start(span, parent_context)
+
+        own = Own(exporter)
+        assert "on_start" not in vars(own)  # a subclass's own on_start is kept
+        own.on_start(ReadableSpan("x", context=SpanContext(5, 6, is_remote=False)))
+        assert calls == ["own x"] and len(exporter.open_spans) == 1
+        own.on_end(ReadableSpan("x", context=SpanContext(5, 6, is_remote=False)))
+        assert len(exporter.open_spans) == 0
+        own.shutdown()
+        calls.clear()
+
         monkeypatch.setattr(BatchSpanProcessor, "on_start", on_start)
         slow = TrackioSpanProcessor(exporter)
         assert "on_start" not in vars(slow)
