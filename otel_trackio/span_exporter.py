@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._core.records import SpanRecord
-from otel_trackio._engine.gc_freeze import freeze_setup
+from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
 from otel_trackio._engine.intake import EventIntake, register_intake
 from otel_trackio._engine.offload import with_offload_resolved
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
@@ -131,7 +131,7 @@ class TrackioSpanExporter(SpanExporter):
         register_intake(self.event_intake, settings.project, settings.name)
         register_intake(self.event_intake, self._sink.project, self._sink.run_name)
         # Built by hand (not by configure(), which holds the freeze itself): the same setting.
-        self._thaw = freeze_setup() if settings.gc_freeze and _sink is None else None
+        self._thaw = freeze_setup() if settings.gc_freeze and _sink is None else no_hold
 
     @property
     def run(self) -> RunLike:
@@ -226,8 +226,7 @@ class TrackioSpanExporter(SpanExporter):
                 self._sink.release()
         elif self._engine is not None:
             self._engine.shutdown(timeout, open_spans=open_spans)
-        if self._thaw is not None:
-            self._thaw()
+        self._thaw()
         if self.settings.summary:
             for line in self.summary().lines(trackio_dir()):
                 say(line)

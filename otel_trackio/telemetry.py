@@ -38,7 +38,7 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from otel_trackio._engine.gc_freeze import freeze_setup
+from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
 from otel_trackio._engine.offload import with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio._offload.client import OffloadClient, portable
@@ -305,7 +305,7 @@ class TrackioTelemetry:
         self._request = request
         self._lock = threading.Lock()
         self._closed = False
-        self._thaw: Callable[[], None] = _nothing  # releases configure()'s hold of gc_freeze
+        self._thaw: Callable[[], None] = no_hold  # releases configure()'s hold of gc_freeze
         self.span_exporter = span_exporter
         self.log_exporter = log_exporter
         self.metric_exporter = metric_exporter
@@ -569,10 +569,6 @@ def configure(
         # logged before Trackio finishes the run at exit.
         atexit.register(handle.shutdown)
         return handle
-
-
-def _nothing() -> None:
-    """No hold of ``gc_freeze`` to release."""
 
 
 def active_telemetry() -> TrackioTelemetry | None:

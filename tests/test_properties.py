@@ -202,15 +202,24 @@ def _split(spans: list[SpanRecord], cuts: list[int]) -> list[list[SpanRecord]]:
     return batches
 
 
+def _assert_counters_agree(assembler: SampleAssembler) -> None:
+    """The counters the assembler keeps up by hand agree with a recount of what it holds."""
+    assert assembler.recount() == (assembler.buffered_spans, assembler.pending_events)
+
+
+def _assert_drained(assembler: SampleAssembler) -> None:
+    """Nothing is left in the assembler (after a flush)."""
+    assert (assembler.buffered_spans, assembler.pending_events, assembler.open_traces) == (0, 0, 0)
+
+
 def _assemble(spans: list[SpanRecord], cuts: list[int], max_spans: int = 100_000) -> list:
     assembler = SampleAssembler(TrackioSettings(max_buffered_spans=max_spans))
     samples = []
     for batch in _split(spans, cuts):
         samples.extend(assembler.add(batch))
-        assert assembler.recount() == (assembler.buffered_spans, assembler.pending_events)
+        _assert_counters_agree(assembler)
     samples.extend(assembler.flush())
-    assert assembler.buffered_spans == 0
-    assert assembler.open_traces == 0
+    _assert_drained(assembler)
     return samples
 
 
@@ -566,12 +575,12 @@ def test_with_time_passing_idle_traces_go_out_and_the_counters_agree(data, spans
             samples.extend(assembler.add_events([item]) if is_event else assembler.add([item]))
             now[0] += rnd.choice((0.0, 0.0, 0.3, 1.5))
             samples.extend(assembler.expire())
-            assert assembler.recount() == (assembler.buffered_spans, assembler.pending_events)
+            _assert_counters_agree(assembler)
         samples.extend(assembler.flush())
     except Exception:
         tally.crashed("properties")
         raise
-    assert (assembler.buffered_spans, assembler.pending_events, assembler.open_traces) == (0, 0, 0)
+    _assert_drained(assembler)
     _check_every_span_once(spans, samples, "properties")
 
 
@@ -593,8 +602,7 @@ def test_log_events_in_any_order_come_out_once_with_a_tiny_buffer(data, spans, m
             if batch and (item is None or type(item) is not type(batch[0])):
                 is_events = isinstance(batch[0], LogEventRecord)
                 samples.extend(assembler.add_events(batch) if is_events else assembler.add(batch))
-                # The counters kept up by hand agree with a recount after every call.
-                assert assembler.recount() == (assembler.buffered_spans, assembler.pending_events)
+                _assert_counters_agree(assembler)  # after every call
                 batch = []
             if item is not None:
                 batch.append(item)
@@ -602,7 +610,7 @@ def test_log_events_in_any_order_come_out_once_with_a_tiny_buffer(data, spans, m
     except Exception:
         tally.crashed("properties")
         raise
-    assert (assembler.buffered_spans, assembler.pending_events, assembler.open_traces) == (0, 0, 0)
+    _assert_drained(assembler)
     _check_every_span_once(spans, samples, "properties")
     out = Counter(id(e) for sample in samples for span in sample.spans for e in span.events)
     sampled = [e.event for e in events if e.sampled]

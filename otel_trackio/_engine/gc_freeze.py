@@ -13,7 +13,7 @@ import gc
 import threading
 from collections.abc import Callable
 
-__all__ = ["freeze_setup"]
+__all__ = ["freeze_setup", "no_hold"]
 
 _lock = threading.Lock()
 _holders = 0
@@ -44,3 +44,7 @@ def freeze_setup() -> Callable[[], None]:
                 gc.unfreeze()
 
     return release
+
+
+def no_hold() -> None:
+    """The release of a hold never taken (``gc_freeze`` off, or held elsewhere)."""

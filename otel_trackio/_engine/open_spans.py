@@ -61,7 +61,7 @@ class OpenSpans:
     def ended(self, span: ReadableSpan) -> None:
         """Forget a span that ended (O(1), lock-free)."""
         try:
-            span_id = span._context[1]  # type: ignore[index]  # as in started()
+            span_id = span._context[1]  # type: ignore[index]  # as in started(), inline: hot path
         except (AttributeError, TypeError, IndexError):
             context = span.context
             if context is None:

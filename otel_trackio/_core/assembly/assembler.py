@@ -293,21 +293,19 @@ class SampleAssembler:
         now = self._clock()
         out = self._take_due(now)
         deadline = now - self.ttl_seconds
-        idle: list[tuple[int, float]] = []
+        idle: list[int] = []
         for trace_id, trace in self._traces.items():  # the least recently active first
             if trace.last_seen > deadline:
                 break
-            idle.append((trace_id, trace.last_seen))
+            idle.append(trace_id)
         open_by_trace: dict[int, list[SpanRecord]] = {}
         if idle and self._open_spans is not None:
             # One look at the open spans for all of them: many traces idle at once (a model
             # server gone) must not cost a pass over every open span each.
-            for record in self._open_spans.open_records([trace_id for trace_id, _ in idle]):
+            for record in self._open_spans.open_records(idle):
                 open_by_trace.setdefault(record.trace_id, []).append(record)
-        for trace_id, last_seen in idle:
-            if trace_id not in self._traces:
-                continue
-            self._join_open(open_by_trace.get(trace_id, ()), last_seen)
+        for trace_id in idle:
+            self._join_open(open_by_trace.get(trace_id, ()), self._traces[trace_id].last_seen)
             out.extend(self._take_partial(trace_id, "ttl"))
         return out
 
