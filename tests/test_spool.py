@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_trackio import TrackioSpanExporter
 from otel_trackio._codec import spool as codec
+from otel_trackio._offload.client import WRITER_CHECK_SECONDS
+from otel_trackio._spool import segments as spool_segments
 from otel_trackio._spool.segments import (
     SEGMENT_BYTES,
     Checkpoint,
@@ -156,6 +159,30 @@ def test_the_bound_refuses_appends_until_segments_are_deleted(tmp_path):
     again = Producer(tmp_path, max_bytes=3000)
     again.append(codec.SPANS, b"c" * 1000)
     again.close()
+
+
+def test_a_full_spool_takes_appends_again_once_the_drainer_moved_on(tmp_path):
+    """The producer looks at what the spool holds only at its bound: the same producer, refused
+    once, appends again as soon as the drainer's checkpoint says the entries are done."""
+    producer = Producer(tmp_path, max_bytes=3000)
+    producer.append(codec.SPANS, b"a" * 1000)
+    producer.append(codec.SPANS, b"b" * 1000)
+    with pytest.raises(SpoolFull):
+        producer.append(codec.SPANS, b"c" * 1000)
+    [seq] = segments(tmp_path)
+    done = Position(seq, segment_path(tmp_path, seq).stat().st_size)
+    save_checkpoint(tmp_path, Checkpoint(oldest=done, processed=done))
+    producer.append(codec.SPANS, b"c" * 1000)
+    with pytest.raises(SpoolFull):  # and the bound still holds after it
+        producer.append(codec.SPANS, b"d" * 2500)
+    producer.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 5 * 1024 + 1, 1_000_003])
+def test_the_append_checksum_is_zlibs_at_every_size(size):
+    """The spool's checksum, computed in pieces that keep the GIL, is zlib's CRC-32."""
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    assert spool_segments.crc32_holding_the_gil(data) == zlib.crc32(data)
 
 
 def test_checkpoint_round_trip_and_one_producer_per_spool(tmp_path):
@@ -301,6 +328,8 @@ def test_a_killed_writer_is_restarted_and_nothing_is_lost_or_logged_twice(projec
         provider.force_flush()  # into the spool; the writer is busy logging it
         time.sleep(0.05 * round_)
         os.kill(offload.writer_pid, signal.SIGKILL)  # mid-drain, at a different moment each time
+        offload._process.wait(60)
+        time.sleep(WRITER_CHECK_SECONDS)  # the next export looks at the writer, and restarts it
     assert exporter.force_flush(60_000)
     provider.shutdown()
     assert offload.writer_starts >= 4

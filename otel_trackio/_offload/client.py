@@ -70,6 +70,10 @@ _logger = logging.getLogger("otel_trackio")
 _IN_WRITER = "OTEL_TRACKIO_OFFLOAD_WRITER"
 """Set in a writer process's environment: what runs there never starts a writer of its own."""
 _NO_SELF_TRACING = ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER")
+WRITER_CHECK_SECONDS = 0.25
+"""How often ``export()`` looks whether the writer process is alive (at most). The look is a
+system call (``waitpid``), which lets go of the GIL: done for every batch, it made the export
+thread take the GIL back from the event loop once more per batch."""
 OPEN_TIMEOUT_SECONDS = 120.0
 """How long building an offloading exporter waits for its writer to open the run (a fresh
 interpreter importing Trackio: about a second, more on a busy machine)."""
@@ -152,6 +156,7 @@ class OffloadClient:
         self._flushes = 0
         self._expects_logs = False
         self._final: Checkpoint | None = None
+        self._next_writer_check = 0.0
         self._warn = Warnings()
         self.spans_spooled = 0
         self.spans_refused = 0
@@ -239,23 +244,38 @@ class OffloadClient:
         """Append the spans to the spool; False when refused (warned and counted)."""
         if self._closed:
             return False
-        self._ensure_writer()
+        return self.spool_spans([codec.encode_sdk_spans(spans)], len(spans))
+
+    def spool_spans(self, payloads: Sequence[bytes], spans: int) -> bool:
+        """Append :data:`~otel_trackio._codec.spool.SPANS` payloads holding ``spans`` spans in
+        all, as one unit (one write); False when refused (warned and counted)."""
+        if self._closed:
+            return False
+        now = time.monotonic()
+        if now >= self._next_writer_check:
+            self._next_writer_check = now + WRITER_CHECK_SECONDS
+            self._ensure_writer()
         if self._open_span_reporter is not None:
             self._open_span_reporter.start()
         try:
-            self.producer.append(codec.SPANS, codec.encode_sdk_spans(spans))
+            self.producer.append_all([(codec.SPANS, payload) for payload in payloads])
         except SpoolFull as exc:
-            self.spans_refused += len(spans)
-            self.exports_refused += 1
-            self._warn("full", f"spool full, {len(spans)} spans refused: {exc}")
+            self.refuse_spans(spans, "full", f"spool full, {spans} spans refused: {exc}")
             return False
         except (OSError, RuntimeError) as exc:
-            self.spans_refused += len(spans)
-            self.exports_refused += 1
-            self._warn("spool", f"could not write the spool, {len(spans)} spans refused: {exc!r}")
+            self.refuse_spans(
+                spans, "spool", f"could not write the spool, {spans} spans refused: {exc!r}"
+            )
             return False
-        self.spans_spooled += len(spans)
+        self.spans_spooled += spans
         return True
+
+    def refuse_spans(self, spans: int, kind: str, why: str, *, refusals: int = 1) -> None:
+        """Count ``spans`` spans refused (in ``refusals`` failed exports) and warn ``why``
+        (once per ``kind``)."""
+        self.spans_refused += spans
+        self.exports_refused += refusals
+        self._warn(kind, why)
 
     def export_metrics(self, data: MetricsData) -> bool:
         """Append one metrics export to the spool, with this process's latest step (the
