@@ -436,7 +436,7 @@ def main() -> None:
         stored = finals[arm]["stored"]
         stored_all = stored == expected
         print(
-            f"{arm:16s}: loop lag p99 {lag:.2f}x, wall {wall:.2f}x, +{cpu:.1f} us CPU/span in "
+            f"{arm:16s}: loop lag p99 {lag:.2f}x, wall {wall:.2f}x, {cpu:+.1f} us CPU/span in "
             f"the rollout process (loop lag {med(x['lag_p99_ms'] for x in raw[arm]):.1f} ms, "
             f"wall {med(x['wall_s'] for x in raw[arm]):.3f} s; medians), stored "
             f"{stored}/{expected}; the wall's extra per span: loop thread CPU {loop:+.1f} us, "
@@ -444,12 +444,12 @@ def main() -> None:
             f"{queued:+.1f} us)",
             file=sys.stderr,
         )
-        summary.append(f"{arm} lag {lag:.2f}x wall {wall:.2f}x +{cpu:.0f} us/span")
+        summary.append(f"{arm} lag {lag:.2f}x wall {wall:.2f}x {cpu:+.0f} us/span")
         target = arm == "configure"
         w.write_result(
             f"13. asyncio {STEPS} steps x {CONCURRENCY} concurrent samples, {arm}: "
             "loop-lag p99 / wall vs no-op (medians); rollout-process CPU per span over no-op",
-            f"{lag:.2f}x / {wall:.2f}x; +{cpu:.1f} µs; stored {stored}/{expected}",
+            f"{lag:.2f}x / {wall:.2f}x; {cpu:+.1f} µs; stored {stored}/{expected}",
             f"<= {LAG_TARGET:.2f}x / <= {WALL_TARGET:.2f}x, all stored" if target else "(recorded)",
             (lag <= LAG_TARGET and wall <= WALL_TARGET and stored_all) if target else None,
         )

@@ -18,14 +18,22 @@ The OTLP receiver cannot do this: OTLP carries ended spans only.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
+from opentelemetry.sdk.environment_variables import (
+    OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
+    OTEL_BSP_MAX_QUEUE_SIZE,
+    OTEL_BSP_SCHEDULE_DELAY,
+)
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_trackio._codec.sdk import attributes_view
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
+from otel_trackio._offload.span_spooler import SpanSpooler
 from otel_trackio.settings import active_settings
 from otel_trackio.span_exporter import TrackioSpanExporter
 
@@ -86,13 +94,23 @@ class TrackioSpanProcessor(BatchSpanProcessor):
     start, so a sample still open at a flush is logged with its open spans, unfinished (its
     root among them: it keeps its step and sample index).
 
-    Takes the ``BatchSpanProcessor`` arguments (``max_queue_size``, ``schedule_delay_millis``,
-    ``max_export_batch_size``, ``export_timeout_millis``).
+    With an offloading exporter (the default) ended spans skip the batch queue: each is encoded
+    as it ends, on the thread that ends it, and a thread of the processor's own appends the
+    encoded chunks to the spool (:mod:`otel_trackio._offload.span_spooler`: on a busy asyncio
+    rollout the export thread would hold the GIL the event loop needs for longer). Either way
+    the ``BatchSpanProcessor`` arguments mean what they say: ``max_queue_size`` spans wait at
+    most (more are dropped, counted), ``schedule_delay_millis`` is the longest a span waits,
+    ``max_export_batch_size`` spans make a batch, and ``force_flush`` returns once every span
+    ended before it is exported (offloaded: in the spool).
     """
 
     def __init__(self, span_exporter: TrackioSpanExporter, **batch_options: Any) -> None:
         super().__init__(span_exporter, **batch_options)
         self._open_spans = span_exporter.open_spans
+        client = span_exporter._offload  # the spool: only its own processor writes to it
+        self._spooler = (
+            SpanSpooler(client, **_spooler_options(batch_options)) if client is not None else None
+        )
         if type(self).on_start is TrackioSpanProcessor.on_start and _batch_on_start_is_empty():
             # Per span on the rollout's thread: one call, not this method, then the SDK's (not
             # for a subclass with an on_start of its own).
@@ -104,9 +122,48 @@ class TrackioSpanProcessor(BatchSpanProcessor):
         BatchSpanProcessor.on_start(self, span, parent_context=parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Forget an ended span (one dict pop), then queue it for export."""
+        """Forget an ended span (one dict pop), then queue it for export (offloaded: encode it
+        into the spooler's chunk)."""
         self._open_spans.ended(span)
-        BatchSpanProcessor.on_end(self, span)
+        spooler = self._spooler
+        if spooler is None:
+            BatchSpanProcessor.on_end(self, span)
+            return
+        context = span.context
+        if context is not None and context.trace_flags.sampled:
+            spooler.add(span)
+
+    def force_flush(self, timeout_millis: int | None = None) -> bool:
+        """Export every span ended before this call (offloaded: append it to the spool)."""
+        spooled = self._spooler.flush() if self._spooler is not None else True
+        return BatchSpanProcessor.force_flush(self, timeout_millis) and spooled
+
+    def shutdown(self) -> None:
+        """Export what is left, then shut the exporter down (idempotent)."""
+        if self._spooler is not None:
+            self._spooler.close()
+        BatchSpanProcessor.shutdown(self)  # type: ignore[no-untyped-call]
+
+
+def _spooler_options(batch_options: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``BatchSpanProcessor`` arguments as :class:`SpanSpooler` takes them: the value given,
+    else the SDK's environment variable, else the SDK's default."""
+
+    def option(name: str, variable: str, default: int) -> float:
+        value = batch_options.get(name)
+        if value is None:
+            try:
+                value = float(os.environ.get(variable, default))
+            except ValueError:
+                value = default  # the SDK logged it already, and took its default too
+        return float(value)
+
+    return {
+        "max_queue_size": int(option("max_queue_size", OTEL_BSP_MAX_QUEUE_SIZE, 2048)),
+        "schedule_delay_seconds": option("schedule_delay_millis", OTEL_BSP_SCHEDULE_DELAY, 5000)
+        / 1000,
+        "batch_spans": int(option("max_export_batch_size", OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512)),
+    }
 
 
 def _batch_on_start_is_empty() -> bool:

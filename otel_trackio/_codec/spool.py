@@ -50,6 +50,29 @@ def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = NO_ROUTE) -> 
     return pickle.dumps((route, resources, flat), _PROTOCOL)
 
 
+class SpanChunk:
+    """A :data:`SPANS` payload built span by span, as spans end (what
+    :class:`~otel_trackio._offload.span_spooler.SpanSpooler` fills on the rollout's threads):
+    the same rows as :func:`encode_sdk_spans`, read from each span while its data is still in
+    the cache of the CPU that just ended it."""
+
+    __slots__ = ("_flat", "_resources", "spans")
+
+    def __init__(self) -> None:
+        self._flat: list[Any] = []
+        self._resources: dict[int, Mapping[str, Any]] = {}
+        self.spans = 0
+
+    def add(self, span: ReadableSpan) -> None:
+        """Append one ended span's row."""
+        extend_rows((span,), self._flat, self._resources)
+        self.spans += 1
+
+    def payload(self, route: Route = NO_ROUTE) -> bytes:
+        """The chunk's spans as one :data:`SPANS` payload."""
+        return pickle.dumps((route, self._resources, self._flat), _PROTOCOL)
+
+
 def encode_records(records: Sequence[SpanRecord], route: Route = NO_ROUTE) -> bytes:
     """Span records (decoded from OTLP) as one :data:`SPANS` payload."""
     resources: dict[int, Mapping[str, Any]] = {}

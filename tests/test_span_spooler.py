@@ -1,0 +1,214 @@
+"""``TrackioSpanProcessor`` with an offloading exporter: spans are encoded as they end, on the
+thread that ends them, and a thread of the processor's own appends them to the spool
+(``otel_trackio/_offload/span_spooler.py``). Real SDK, real spool and writer process, real
+Trackio storage; each sample counted there by (step, sample_index)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections import Counter
+from typing import Any
+
+from conftest import read_traces
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+from otel_trackio import TrackioSpanExporter, TrackioSpanProcessor
+from otel_trackio._offload import client as offload_client
+from otel_trackio._offload.span_spooler import CHUNK_SPANS
+from otel_trackio._spool import segments as spool_segments
+
+
+def _provider(project: str, name: str, **options: Any) -> tuple[TracerProvider, Any, Any]:
+    exporter = TrackioSpanExporter(project, name, offload=True)
+    processor = TrackioSpanProcessor(exporter, **options)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    return provider, processor, exporter
+
+
+def _samples(provider: TracerProvider, step: int, indexes: range) -> None:
+    """Samples of three spans each: a root, a model call with messages, a tool call."""
+    tracer = provider.get_tracer("rollout")
+    for i in indexes:
+        with tracer.start_as_current_span("rollout", attributes={"step": step, "sample_index": i}):
+            with tracer.start_as_current_span(
+                "chat m",
+                attributes={
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.input.messages": '[{"role":"user","parts":[]}]' + " " * 500,
+                },
+            ):
+                pass
+            with tracer.start_as_current_span("execute_tool calc"):
+                pass
+
+
+def _stored(project: str, name: str) -> Counter[tuple[int, int]]:
+    """How many times each (step, sample_index) is in Trackio's storage."""
+    return Counter((t["step"], t["metadata"]["sample_index"]) for t in read_traces(project, name))
+
+
+def _finish(provider: TracerProvider, exporter: Any) -> None:
+    assert provider.force_flush(60_000)
+    assert exporter.force_flush(60_000)
+    provider.shutdown()
+
+
+def test_spans_are_encoded_as_they_end_and_spooled_by_the_processors_own_thread(
+    project, monkeypatch
+):
+    """No batch of span objects reaches the exporter's ``export()``: the spool gets encoded
+    chunks, from the spooler's thread (whole batches) or the flush (the rest); every sample is
+    stored once, whole, however the chunks cut its spans."""
+    spooled_from: list[tuple[str, int]] = []
+    real = offload_client.OffloadClient.spool_spans
+
+    def spool_spans(self: Any, payloads: Any, spans: int) -> bool:
+        spooled_from.append((threading.current_thread().name, spans))
+        return bool(real(self, payloads, spans))
+
+    monkeypatch.setattr(offload_client.OffloadClient, "spool_spans", spool_spans)
+    provider, _, exporter = _provider(project, "chunks", max_export_batch_size=128)
+    exported: list[int] = []
+    monkeypatch.setattr(exporter, "export", lambda spans: exported.append(len(spans)))
+    _samples(provider, 0, range(301))  # 903 spans: not a whole number of chunks
+    _finish(provider, exporter)
+    assert exported == []
+    assert sum(n for _, n in spooled_from) == 903
+    threads = {name for name, _ in spooled_from}
+    assert "otel-trackio-span-spooler" in threads  # batches went out while spans still ended
+    assert max(n for _, n in spooled_from) >= 128
+    assert _stored(project, "chunks") == Counter({(0, i): 1 for i in range(301)})
+    traces = read_traces(project, "chunks")
+    assert all(len(t["spans"]) == 3 and not t["metadata"].get("partial") for t in traces)
+    assert exporter.stats.spans_received == 903
+
+
+def test_spans_ended_on_many_threads_are_each_stored_once(project):
+    provider, _, exporter = _provider(project, "threads")
+    workers = [
+        threading.Thread(target=_samples, args=(provider, step, range(60))) for step in range(8)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    _finish(provider, exporter)
+    assert _stored(project, "threads") == Counter(
+        {(step, i): 1 for step in range(8) for i in range(60)}
+    )
+
+
+def test_a_write_failing_half_way_refuses_its_spans_and_stores_the_rest_once(project, monkeypatch):
+    """The disk fills during one append of chunks: half its bytes reach the segment, then
+    ENOSPC. Those spans are refused and counted; the spool is cut back, so no torn entry and
+    nothing twice; what came before and after is stored, whole."""
+    real = spool_segments._write_all
+    calls = [0]
+
+    def write(handle: Any, *buffers: bytes) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            data = b"".join(bytes(b) for b in buffers)
+            os.write(handle.fileno(), data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(handle, *buffers)
+
+    monkeypatch.setattr(spool_segments, "_write_all", write)
+    provider, processor, exporter = _provider(project, "enospc", schedule_delay_millis=600_000)
+    for step in range(3):
+        _samples(provider, step, range(CHUNK_SPANS))  # three chunks a step
+        assert processor.force_flush(60_000) is (step != 1)  # each step one append
+    _finish(provider, exporter)
+    stored = _stored(project, "enospc")
+    assert stored == Counter({(step, i): 1 for step in (0, 2) for i in range(CHUNK_SPANS)})
+    stats = exporter.stats
+    assert stats.spans_received == 3 * 3 * CHUNK_SPANS
+    assert stats.failed_exports == 1
+    assert exporter.offloaded.spans_refused == 3 * CHUNK_SPANS
+
+
+def test_a_stalled_spool_bounds_the_queue_drops_and_counts_the_rest(project, monkeypatch):
+    """While the spool takes nothing (a write stuck on a slow disk), at most
+    ``max_queue_size`` spans wait (more are dropped and counted, never held without bound);
+    once it moves, every span kept is stored, once."""
+    stuck, entered = threading.Event(), threading.Event()
+    real = spool_segments._write_all
+
+    def write(handle: Any, *buffers: bytes) -> None:
+        entered.set()
+        assert stuck.wait(60)
+        real(handle, *buffers)
+
+    monkeypatch.setattr(spool_segments, "_write_all", write)
+    provider, _, exporter = _provider(
+        project, "stalled", max_queue_size=192, max_export_batch_size=CHUNK_SPANS
+    )
+    tracer = provider.get_tracer("rollout")
+
+    def one(i: int) -> None:
+        with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": i}):
+            pass
+
+    for i in range(CHUNK_SPANS):
+        one(i)
+    assert entered.wait(30)  # the spooler's thread is stuck writing the first chunk
+    for i in range(CHUNK_SPANS, 1000):
+        one(i)
+    refused = exporter.offloaded.spans_refused
+    assert refused == 1000 - CHUNK_SPANS - 192  # the written chunk, then the queue's 192
+    stuck.set()
+    _finish(provider, exporter)
+    stored = _stored(project, "stalled")
+    assert set(stored.values()) == {1}
+    assert len(stored) == 1000 - refused
+    assert exporter.stats.spans_received == 1000
+
+
+class _RecordOnly(Sampler):
+    """Records every span without sampling it (the SDK calls processors; nothing is exported)."""
+
+    def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+        return SamplingResult(Decision.RECORD_ONLY)
+
+    def get_description(self) -> str:
+        return "record-only"
+
+
+def test_spans_recorded_but_not_sampled_are_not_spooled(project):
+    exporter = TrackioSpanExporter(project, "unsampled", offload=True)
+    provider = TracerProvider(sampler=_RecordOnly())
+    provider.add_span_processor(TrackioSpanProcessor(exporter))
+    _samples(provider, 0, range(5))
+    _finish(provider, exporter)
+    assert exporter.stats.spans_received == 0
+    assert read_traces(project, "unsampled") == []
+
+
+def test_shutdown_is_idempotent_and_spans_after_it_are_ignored(project):
+    provider, processor, _ = _provider(project, "closed")
+    _samples(provider, 0, range(3))
+    processor.shutdown()
+    processor.shutdown()
+    _samples(provider, 1, range(3))  # ended after the shutdown: dropped, no error
+    assert processor.force_flush(1_000) is False  # as a BatchSpanProcessor after shutdown
+    assert _stored(project, "closed") == Counter({(0, i): 1 for i in range(3)})
+    provider.shutdown()
+
+
+def test_a_lone_span_is_spooled_within_the_schedule_delay(project):
+    """Fewer spans than a chunk still reach the spool without a flush: at the schedule delay
+    the thread packs the part-filled chunk."""
+    provider, _, exporter = _provider(project, "lone", schedule_delay_millis=200)
+    _samples(provider, 0, range(1))
+    waited = threading.Event()
+    for _ in range(600):
+        if exporter.offloaded.spans_spooled == 3:
+            break
+        waited.wait(0.05)
+    assert exporter.offloaded.spans_spooled == 3
+    _finish(provider, exporter)
+    assert _stored(project, "lone") == Counter({(0, 0): 1})
