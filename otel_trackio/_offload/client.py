@@ -13,8 +13,9 @@ opens the run, reports it, and drains the spool into it; metrics go the same way
   logged as partial, as in process), within the timeout.
 - ``shutdown()``: asks the writer to drain everything and stop, waits up to its timeout; what is
   left stays in the spool and the next writer of the same run finishes it.
-- A writer that died is started again on the next call; a rollout process that died leaves a
-  writer that drains what was spooled, logs the open samples as partial and exits.
+- A writer that died is started again by a call (an export looks at most every 0.25 s); a
+  rollout process that died leaves a writer that drains what was spooled, logs the open samples
+  as partial and exits.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ the rollout thread reads each span as it ends (its row, about 0.5 µs), packs
 and lets the span go: the span is freed on the thread that made it, the rows with the payload.
 The spooler's thread only writes bytes (figure 13 in ``docs/performance.md``).
 
-What it keeps: at most ``max_queue_size`` spans not yet appended (more are dropped, counted and
-warned, as a ``BatchSpanProcessor`` drops when its queue is full); a chunk waits at most
-``schedule_delay`` before it is appended; :meth:`SpanSpooler.flush` appends everything ended
+What it keeps: at most ``max_queue_size`` spans waiting, beside the batch being written (more
+are dropped, counted and warned, as a ``BatchSpanProcessor`` drops when its queue is full); a
+chunk waits at most ``schedule_delay`` before it is appended; :meth:`SpanSpooler.flush` appends everything ended
 before it.
 """
 
@@ -31,8 +31,9 @@ from otel_trackio._codec.spool import SpanChunk
 from otel_trackio._offload.client import OffloadClient
 
 CHUNK_SPANS = 64
-"""Spans per encoded chunk: large enough that packing costs little per span, small enough that
-a chunk's spans are still in the CPU's cache when it is packed (64 GenAI spans of ~2 KB)."""
+"""Spans per encoded chunk: large enough that packing costs little per span (one ``pickle`` call
+per chunk), small enough that a chunk's spans are still in the CPU's cache when it is packed (64
+GenAI spans of ~2 KB: ~130 KB). Chosen, not tuned: figure 13 measured with 64."""
 
 
 class SpanSpooler:
@@ -76,7 +77,7 @@ class SpanSpooler:
     # -- the rollout's threads -----------------------------------------------------------------
 
     def add(self, span: ReadableSpan) -> None:
-        """Encode one ended span (dropped, and counted, when the queue is full or closed)."""
+        """Encode one ended span (dropped when the queue is full, counted; or once closed)."""
         if self._thread is None:  # the first span: it is appended within the delay
             self._start()
         with self._lock:
