@@ -20,9 +20,10 @@ def offload_enabled(settings: TrackioSettings) -> bool:
     setup and a span exporter built by hand alike.
 
     On by default everywhere because that is what keeps the rollout cheap: in the asyncio
-    agent-loop benchmark (``bench/bench_asyncio.py``) the in-process exporter adds ~140-300 µs
+    agent-loop benchmark (``bench/bench_asyncio.py``) the in-process exporter adds ~270-300 µs
     of rollout-process CPU per span (conversion and Trackio writes on the export thread), the
-    offloading one ~15-25 µs. A malformed variable is warned about and taken as unset.
+    offloading one -1 to +7 µs (behind ``TrackioSpanProcessor``). A malformed variable is
+    warned about and taken as unset.
     """
     if settings.offload is not None:
         return settings.offload

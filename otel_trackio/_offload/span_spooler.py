@@ -13,8 +13,8 @@ The spooler's thread only writes bytes (figure 13 in ``docs/performance.md``).
 
 What it keeps: at most ``max_queue_size`` spans waiting, beside the batch being written (more
 are dropped, counted and warned, as a ``BatchSpanProcessor`` drops when its queue is full); a
-chunk waits at most ``schedule_delay`` before it is appended; :meth:`SpanSpooler.flush` appends everything ended
-before it.
+chunk waits at most ``schedule_delay`` before it is appended; :meth:`SpanSpooler.flush` appends
+everything ended before it.
 """
 
 from __future__ import annotations
