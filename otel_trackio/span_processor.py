@@ -107,7 +107,7 @@ class TrackioSpanProcessor(BatchSpanProcessor):
     def __init__(self, span_exporter: TrackioSpanExporter, **batch_options: Any) -> None:
         super().__init__(span_exporter, **batch_options)
         self._open_spans = span_exporter.open_spans
-        client = span_exporter._offload  # the spool: only its own processor writes to it
+        client = span_exporter._offload  # offloaded: the spool the encoded spans go to
         self._spooler = (
             SpanSpooler(client, **_spooler_options(batch_options)) if client is not None else None
         )

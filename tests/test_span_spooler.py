@@ -212,3 +212,26 @@ def test_a_lone_span_is_spooled_within_the_schedule_delay(project):
     assert exporter.offloaded.spans_spooled == 3
     _finish(provider, exporter)
     assert _stored(project, "lone") == Counter({(0, 0): 1})
+
+
+def test_the_spooler_takes_the_batch_arguments_then_the_sdks_variables_then_its_defaults(
+    monkeypatch,
+):
+    from otel_trackio.span_processor import _spooler_options
+
+    defaults = {"max_queue_size": 2048, "schedule_delay_seconds": 5.0, "batch_spans": 512}
+    assert _spooler_options({}) == defaults
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "300")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "250")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "not a number")
+    assert _spooler_options({}) == {
+        **defaults,
+        "max_queue_size": 300,
+        "schedule_delay_seconds": 0.25,
+    }
+    given = {"max_queue_size": 10, "schedule_delay_millis": 1000, "max_export_batch_size": 5}
+    assert _spooler_options(given) == {
+        "max_queue_size": 10,
+        "schedule_delay_seconds": 1.0,
+        "batch_spans": 5,
+    }
