@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_trackio import TrackioSpanExporter
+from otel_trackio import TrackioSpanExporter, TrackioSpanProcessor
 from otel_trackio._codec import spool as codec
 from otel_trackio._offload.client import WRITER_CHECK_SECONDS
 from otel_trackio._spool import segments as spool_segments
@@ -228,7 +228,9 @@ def test_a_hand_built_exporter_offloads_unless_the_variable_says_not_to(
 
 
 def test_offloaded_traces_are_identical_to_in_process_ones(project):
-    in_process = TrackioSpanExporter(project, "in-process")
+    """In process, offloaded behind a ``BatchSpanProcessor`` (batches encoded by ``export()``) and
+    behind ``TrackioSpanProcessor`` (spans encoded as they end): the same Traces."""
+    in_process = TrackioSpanExporter(project, "in-process", offload=False)
     provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
     provider.add_span_processor(BatchSpanProcessor(in_process, max_export_batch_size=64))
     _emit(provider, steps=2, samples=12)
@@ -242,10 +244,17 @@ def test_offloaded_traces_are_identical_to_in_process_ones(project):
     assert not exporter.offloaded.path.exists()  # drained and cleaned up
     assert exporter.stats.samples_logged == 24  # the writer's counters outlive its spool
 
+    spooling = TrackioSpanExporter(project, "spooled", offload=True)
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
+    provider.add_span_processor(TrackioSpanProcessor(spooling, max_export_batch_size=64))
+    _emit(provider, steps=2, samples=12)
+    provider.shutdown()
+
     expected = _normalised(read_traces(project, "in-process"))
     got = _normalised(read_traces(project, "offloaded"))
     assert len(got) == 24
     assert got == expected
+    assert _normalised(read_traces(project, "spooled")) == expected
 
 
 AUTOGROUP = Path("/proc/self/autogroup")
