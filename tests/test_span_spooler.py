@@ -235,3 +235,29 @@ def test_the_spooler_takes_the_batch_arguments_then_the_sdks_variables_then_its_
         "schedule_delay_seconds": 1.0,
         "batch_spans": 5,
     }
+
+
+def test_a_span_that_cannot_be_encoded_never_raises_into_its_end(project):
+    """A hand-made span with a value ``pickle`` refuses: ending it raises nothing in the
+    rollout; its chunk is refused and counted (as ``export()`` refuses such a batch), and
+    the chunks after it are stored."""
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    exporter = TrackioSpanExporter(project, "bad-value", offload=True)
+    processor = TrackioSpanProcessor(exporter, schedule_delay_millis=600_000)
+
+    def root(step: int, i: int, **extra: Any) -> ReadableSpan:
+        context = SpanContext(step * 1000 + i + 1, i + 1, False, TraceFlags(TraceFlags.SAMPLED))
+        attributes = {"step": step, "sample_index": i, **extra}
+        return ReadableSpan("rollout", context, attributes=attributes, start_time=1, end_time=2)
+
+    for i in range(CHUNK_SPANS):
+        processor.on_end(root(0, i, **({"bad": lambda: 0} if i == 5 else {})))
+    for i in range(CHUNK_SPANS):
+        processor.on_end(root(1, i))
+    assert processor.force_flush(60_000)
+    assert exporter.force_flush(60_000)
+    processor.shutdown()
+    assert exporter.offloaded.spans_refused == CHUNK_SPANS
+    assert _stored(project, "bad-value") == Counter({(1, i): 1 for i in range(CHUNK_SPANS)})

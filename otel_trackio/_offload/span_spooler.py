@@ -92,7 +92,11 @@ class SpanSpooler:
                     refusals=0,
                 )
                 return
-            self._chunk.add(span)
+            try:
+                self._chunk.add(span)
+            except Exception as exc:  # noqa: BLE001 - a span processor never raises into end()
+                self._client.refuse_spans(1, "encode", f"could not encode a span: {exc!r}")
+                return
             if self._chunk.spans < self._chunk_spans:
                 return
             self._pack()
@@ -101,9 +105,18 @@ class SpanSpooler:
             self._wake.set()
 
     def _pack(self) -> None:
-        """The chunk as a payload, a new chunk started (the caller holds ``_lock``)."""
+        """The chunk as a payload, a new chunk started (the caller holds ``_lock``). A chunk
+        that cannot be packed (a hand-made span with a value ``pickle`` refuses) is refused
+        whole, counted, as ``export()`` refuses such a batch."""
         chunk, self._chunk = self._chunk, SpanChunk()
-        self._packed.append(chunk.payload())
+        try:
+            payload = chunk.payload()
+        except Exception as exc:  # noqa: BLE001 - the rollout's thread, or the spooler's
+            self._client.refuse_spans(
+                chunk.spans, "encode", f"could not encode {chunk.spans} spans: {exc!r}"
+            )
+            return
+        self._packed.append(payload)
         self._packed_spans += chunk.spans
 
     # -- the spooler's thread, and flushes -------------------------------------------------------
