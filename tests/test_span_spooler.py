@@ -261,3 +261,41 @@ def test_a_span_that_cannot_be_encoded_never_raises_into_its_end(project):
     processor.shutdown()
     assert exporter.offloaded.spans_refused == CHUNK_SPANS
     assert _stored(project, "bad-value") == Counter({(1, i): 1 for i in range(CHUNK_SPANS)})
+
+
+def test_an_unexpected_error_in_the_spool_write_leaves_the_spooler_running(project, monkeypatch):
+    """Whatever the append raises (here not an ``OSError``), the spooler's thread lives on: that
+    batch is refused and counted, the next one is stored."""
+    real = spool_segments._write_all
+    failures = [1]
+
+    def write(handle: Any, *buffers: bytes) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise ValueError("unexpected")
+        real(handle, *buffers)
+
+    monkeypatch.setattr(spool_segments, "_write_all", write)
+    provider, processor, exporter = _provider(
+        project, "survives", max_export_batch_size=CHUNK_SPANS, schedule_delay_millis=600_000
+    )
+    tracer = provider.get_tracer("rollout")
+    for step in range(2):
+        for i in range(CHUNK_SPANS):
+            with tracer.start_as_current_span(
+                "rollout", attributes={"step": step, "sample_index": i}
+            ):
+                pass
+        waited = threading.Event()
+        for _ in range(600):  # the spooler's thread takes the batch (no flush)
+            if (
+                exporter.offloaded.spans_spooled + exporter.offloaded.spans_refused
+                >= (step + 1) * CHUNK_SPANS
+            ):
+                break
+            waited.wait(0.05)
+    assert exporter.offloaded.spans_refused == CHUNK_SPANS
+    assert exporter.offloaded.spans_spooled == CHUNK_SPANS
+    assert processor._spooler._thread.is_alive()
+    _finish(provider, exporter)
+    assert _stored(project, "survives") == Counter({(1, i): 1 for i in range(CHUNK_SPANS)})

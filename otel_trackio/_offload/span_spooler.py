@@ -149,7 +149,11 @@ class SpanSpooler:
                 self._packed, self._packed_spans = [], 0
             if not payloads:
                 return True
-            return self._client.spool_spans(payloads, spans)
+            try:
+                return self._client.spool_spans(payloads, spans)
+            except Exception as exc:  # noqa: BLE001 - as export(): the thread must live on
+                self._client.refuse_spans(spans, "spool", f"could not spool {spans} spans: {exc!r}")
+                return False
 
     def flush(self) -> bool:
         """Append every span ended before this call; False when the spool refused some."""
