@@ -151,6 +151,7 @@ class OffloadClient:
         config = WriterConfig(settings, sink.project, name, os.getpid(), run_id)
         write_atomically(self.path / CONFIG_FILE, pickle.dumps(config))
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()  # the counters: the rollout's threads count too
         self._process: subprocess.Popen[bytes] | None = None
         self._closing = False
         self._closed = False
@@ -268,14 +269,16 @@ class OffloadClient:
                 spans, "spool", f"could not write the spool, {spans} spans refused: {exc!r}"
             )
             return False
-        self.spans_spooled += spans
+        with self._count_lock:
+            self.spans_spooled += spans
         return True
 
     def refuse_spans(self, spans: int, kind: str, why: str, *, refusals: int = 1) -> None:
         """Count ``spans`` spans refused (in ``refusals`` failed exports) and warn ``why``
         (once per ``kind``)."""
-        self.spans_refused += spans
-        self.exports_refused += refusals
+        with self._count_lock:
+            self.spans_refused += spans
+            self.exports_refused += refusals
         self._warn(kind, why)
 
     def export_metrics(self, data: MetricsData) -> bool:
