@@ -250,6 +250,9 @@ class TrackioSettings:
             writer process it starts converts them and logs them to Trackio. None (the
             default): the ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable, else on — for
             ``configure()``, the zero-code setup and an exporter built by hand alike.
+        shutdown_timeout_seconds: with offload, the longest ``shutdown()`` waits for everything
+            spooled to be in Trackio (None: as long as storing moves on). A writer that cannot
+            keep up (starved, stuck, dead) hands over to one at the exiting process's priority.
         spool_dir: where spools live (default: ``otel-trackio-spool`` in the Trackio folder).
         spool_max_mb: the bound of one spool on disk; past it ``export()`` returns FAILURE (the
             receiver answers 503 with ``Retry-After``).
@@ -317,6 +320,9 @@ class TrackioSettings:
     )
 
     offload: bool | None = _setting(None, _OPTIONAL_BOOL, env.OTEL_EXPORTER_TRACKIO_OFFLOAD)
+    shutdown_timeout_seconds: float | None = _setting(
+        None, _OPTIONAL_SECONDS, env.OTEL_EXPORTER_TRACKIO_SHUTDOWN_TIMEOUT_SECONDS
+    )
     spool_dir: str | None = _setting(None, _OPTIONAL_TEXT, env.OTEL_EXPORTER_TRACKIO_SPOOL_DIR)
     spool_max_mb: float = _setting(1024.0, _POSITIVE, env.OTEL_EXPORTER_TRACKIO_SPOOL_MAX_MB)
     spool_fsync: str = _setting("cycle", _FSYNC_POLICY, env.OTEL_EXPORTER_TRACKIO_SPOOL_FSYNC)

@@ -208,23 +208,31 @@ class TrackioSpanExporter(SpanExporter):
         assert self._pipeline is not None
         return self._pipeline.flush(max(0.0, timeout_millis / 1000), open_spans)
 
-    def shutdown(self, timeout_millis: int = 30000, **kwargs: Any) -> None:
+    def shutdown(self, timeout_millis: int | None = None, **kwargs: Any) -> None:
         """Log open samples as partial, then finish the run if this exporter started it.
 
-        Idempotent; waits at most ``timeout_millis`` for an export in progress (with offload:
-        for the writer to drain; what it did not drain stays spooled for the next start).
+        Idempotent. With offload it returns once everything spooled is in Trackio's storage
+        (a writer that cannot keep up hands over to one at this process's priority), or once
+        ``timeout_millis`` (default: the ``shutdown_timeout_seconds`` setting, no limit while
+        storing moves on) has passed: what is left then stays spooled, and a warning says where.
+        In process it waits at most ``timeout_millis`` (default 30 s) for an export in progress.
         """
         if self._closed:
             return
         self._closed = True
-        timeout = max(0.0, timeout_millis / 1000)
         open_spans = self.open_spans.records()  # shown unfinished in their samples
         if self._offload is not None:
+            limit = (
+                self.settings.shutdown_timeout_seconds
+                if timeout_millis is None
+                else max(0.0, timeout_millis / 1000)
+            )
             try:
-                self._offload.shutdown(timeout, open_spans)
+                self._offload.shutdown(limit, open_spans)
             finally:
                 self._sink.release()
         elif self._engine is not None:
+            timeout = 30.0 if timeout_millis is None else max(0.0, timeout_millis / 1000)
             self._engine.shutdown(timeout, open_spans=open_spans)
         self._thaw()
         if self.settings.summary:

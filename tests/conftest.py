@@ -89,6 +89,17 @@ def start_receiver(project):
         receiver.stop()
 
 
+def wait_until(condition, timeout: float = 60.0, what: str = "the condition") -> None:
+    """Wait until ``condition()`` is true; fail after ``timeout`` seconds. Tests wait for states,
+    never for fixed sleeps."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.05)
+
+
 def read_traces(project: str, run: str | None = None) -> list[dict]:
     """Every Trace stored for a project (of one run, or of all its runs), oldest first."""
     runs = [run] if run is not None else SQLiteStorage.get_runs(project)

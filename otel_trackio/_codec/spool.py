@@ -11,8 +11,8 @@ events, which join their spans), :data:`METRICS` (a route and a serialised OTLP
 ``ExportMetricsServiceRequest``), :data:`FLUSH` (a flush request: everything before it must be
 durable in Trackio, open samples logged as partial), :data:`EXPECT_LOGS` (a log exporter feeds
 this spool: samples wait for their log events), :data:`OPEN_SPANS` (the producer's spans open
-long, for a trace the writer logs at the TTL), :data:`CLOSE` (the producer is done: drain and
-stop).
+long, for a trace the writer logs at the TTL), :data:`STEP` (the producer's ``set_step``: samples
+without a step take it), :data:`CLOSE` (the producer is done: drain and stop).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ FLUSH = 10
 CLOSE = 11
 EXPECT_LOGS = 12
 OPEN_SPANS = 13
+STEP = 14
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
@@ -150,6 +151,19 @@ def decode_flush(payload: bytes) -> FlushRequest:
     """What a :data:`FLUSH` request carries (one of a producer without open spans too)."""
     number, open_roots, *rest = pickle.loads(payload)
     return FlushRequest(int(number), dict(open_roots), list(rest[0]) if rest else [])
+
+
+def encode_step(step: int | None) -> bytes:
+    """A :data:`STEP` payload: the producer's latest step (None: none declared)."""
+    return b"" if step is None else str(int(step)).encode()
+
+
+def decode_step(payload: bytes) -> int | None:
+    """The step of a :data:`STEP` payload (None: none, or unreadable)."""
+    try:
+        return int(payload) if payload else None
+    except ValueError:
+        return None
 
 
 def encode_open_spans(open_spans: Sequence[SpanRecord]) -> bytes:

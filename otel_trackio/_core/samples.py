@@ -72,6 +72,9 @@ class StepMemory(Protocol):
     def note(self, step: int) -> None:
         """Record a step seen in telemetry (the latest only moves forward)."""
 
+    def set(self, step: int | None) -> None:
+        """Declare the current step (``set_step``; None: forget it)."""
+
 
 class OwnSteps:
     """A :class:`StepMemory` of one assembler alone (not thread-safe: the pipeline serialises)."""
@@ -87,6 +90,10 @@ class OwnSteps:
         """Record a step; the latest only moves forward."""
         if self._latest is None or step > self._latest:
             self._latest = step
+
+    def set(self, step: int | None) -> None:
+        """Declare the current step (None: forget it)."""
+        self._latest = step
 
 
 class OpenSampleLookup(Protocol):

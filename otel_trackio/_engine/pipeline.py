@@ -102,6 +102,15 @@ class TracePipeline:
         # The steps Traces were logged at (for the summary's "steps covered").
         self._steps_logged: set[int] = set()
 
+    @property
+    def logged_steps(self) -> frozenset[int]:
+        """The steps Traces were logged at by this pipeline."""
+        return frozenset(self._steps_logged)
+
+    def declare_step(self, step: int | None) -> None:
+        """The producer's ``set_step``: samples without a step of their own take it."""
+        self.assembler.steps.set(step)
+
     # -- entry points -------------------------------------------------------------------------
 
     def add(self, records: Iterable[SpanRecord], timeout_seconds: float | None = 30.0) -> bool:

@@ -58,6 +58,13 @@ class ExportStats:
         """The counters :meth:`as_dict` gave (other keys ignored, missing ones 0)."""
         return cls(**{f.name: int(data.get(f.name) or 0) for f in dataclasses.fields(cls)})
 
+    def steps_from(self, steps: Iterable[int]) -> None:
+        """Set the step counters from the distinct steps Traces were logged at."""
+        distinct = set(steps)
+        self.steps_logged = len(distinct)
+        self.first_step = min(distinct, default=0)
+        self.last_step = max(distinct, default=0)
+
     @classmethod
     def total(cls, parts: Iterable[ExportStats]) -> ExportStats:
         """The sum of several pipelines' counters (a drainer feeding many)."""
@@ -72,3 +79,32 @@ class ExportStats:
         out.first_step = min((p.first_step for p in stepped), default=0)
         out.last_step = max((p.last_step for p in stepped), default=0)
         return out
+
+
+_MAX_RANGE = 10_000_000
+"""A longer range in a checkpoint is not one a run logged (a damaged file): ignored."""
+
+
+def step_ranges(steps: Iterable[int]) -> list[list[int]]:
+    """Distinct steps as ``[first, last]`` ranges of consecutive steps (compact in a checkpoint:
+    a run's steps are mostly consecutive)."""
+    out: list[list[int]] = []
+    for step in sorted(set(steps)):
+        if out and step == out[-1][1] + 1:
+            out[-1][1] = step
+        else:
+            out.append([step, step])
+    return out
+
+
+def steps_in(ranges: Iterable[Any]) -> set[int]:
+    """The steps :func:`step_ranges` gave (malformed ranges ignored)."""
+    out: set[int] = set()
+    for pair in ranges:
+        try:
+            first, last = int(pair[0]), int(pair[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if 0 <= last - first <= _MAX_RANGE:
+            out.update(range(first, last + 1))
+    return out

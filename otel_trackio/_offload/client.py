@@ -41,6 +41,7 @@ from otel_trackio._codec.sdk_metrics import encode_sdk_metrics
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.open_spans import OpenSpans
+from otel_trackio._engine.report import say
 from otel_trackio._engine.sink import TrackioSink, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import latest_step
@@ -48,11 +49,13 @@ from otel_trackio._engine.warn import Warnings
 from otel_trackio._offload.open_span_report import OpenSpanReporter
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
+    FINISH_FLAG,
     OPEN_FAILED,
     OpenedReport,
     WriterConfig,
     read_opened,
 )
+from otel_trackio._offload.watch import WriterWatch, is_stopped
 from otel_trackio._spool.paths import process_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import (
     Checkpoint,
@@ -78,6 +81,69 @@ thread take the GIL back from the event loop once more per batch."""
 OPEN_TIMEOUT_SECONDS = 120.0
 """How long building an offloading exporter waits for its writer to open the run (a fresh
 interpreter importing Trackio: about a second, more on a busy machine)."""
+
+
+GIVE_UP_SECONDS = 120.0
+"""Shutdown with no time limit stops waiting when the drain has not moved for this long (storage
+refusing every write: Trackio's lock held by another process, a full disk)."""
+STOP_SECONDS = 10.0
+"""How long a writer asked to stop (SIGTERM) may take to checkpoint and exit before SIGKILL."""
+MAX_FINISHERS = 3
+"""How many writers a shutdown starts at its own priority, at most (one that keeps dying)."""
+
+
+def _stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the writer stops after its current entry, checkpointed), then SIGKILL (at once
+    for a stopped writer, which would never see the SIGTERM)."""
+    if not is_stopped(process.pid):
+        with contextlib.suppress(OSError):
+            process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(STOP_SECONDS)
+    if process.poll() is None:
+        with contextlib.suppress(OSError):
+            process.kill()
+        process.wait()
+
+
+class Progress:
+    """Lines on stderr while a shutdown waits long for the writer: bytes left, samples stored
+    and their rate — never silence."""
+
+    FIRST_SECONDS = 3.0
+    EVERY_SECONDS = 5.0
+
+    def __init__(self, client: OffloadClient, started: float) -> None:
+        self._client = client
+        self._started = started
+        self._next = started + self.FIRST_SECONDS
+        self._stored_at_start = self._stored()
+        self._shown = False
+
+    def _stored(self) -> int:
+        checkpoint = load_checkpoint(self._client.path)
+        return int(checkpoint.stats.get("samples_logged") or 0) if checkpoint else 0
+
+    def show(self) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self.EVERY_SECONDS
+        self._shown = True
+        stored = self._stored() - self._stored_at_start
+        rate = stored / max(1e-9, now - self._started)
+        say(
+            f"otel-trackio: storing the run's last samples in Trackio: "
+            f"{self._client.backlog() / 1e6:.1f} MB left in the spool, {stored} samples stored "
+            f"({rate:.0f}/s) in {now - self._started:.0f} s"
+        )
+
+    def done(self) -> None:
+        if self._shown:
+            say(
+                f"otel-trackio: everything is stored "
+                f"({time.monotonic() - self._started:.0f} s after shutdown began)"
+            )
 
 
 def writer_environment() -> dict[str, str]:
@@ -155,6 +221,8 @@ class OffloadClient:
         self._process: subprocess.Popen[bytes] | None = None
         self._closing = False
         self._closed = False
+        self._finishing = False
+        self._step_sent: int | None = None  # the latest step the writer was told
         self._flushes = 0
         self._expects_logs = False
         self._final: Checkpoint | None = None
@@ -206,11 +274,16 @@ class OffloadClient:
 
     # -- the writer process ----------------------------------------------------------------------
 
-    def _start_writer(self) -> None:
+    def _start_writer(self, *, finishing: bool = False) -> None:
+        """Start the writer process; ``finishing``: at this process's priority (shutdown)."""
         log = open(self.path / "writer.log", "ab")
+        command = [sys.executable, "-m", "otel_trackio._offload", str(self.path)]
+        if finishing:
+            command.append(FINISH_FLAG)
+        self._finishing = finishing
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "otel_trackio._offload", str(self.path)],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,  # Trackio's banners; warnings go to stderr, shared with this process
                 start_new_session=True,  # Ctrl-C reaches the rollout, which then shuts us down
@@ -233,7 +306,7 @@ class OffloadClient:
                     f"the otel-trackio writer process exited ({process.returncode}); started "
                     "again, it continues from the spool",
                 )
-                self._start_writer()
+                self._start_writer(finishing=self._closed)
 
     @property
     def writer_pid(self) -> int | None:
@@ -259,8 +332,12 @@ class OffloadClient:
             self._ensure_writer()
         if self._open_span_reporter is not None:
             self._open_span_reporter.start()
+        entries = [(codec.SPANS, payload) for payload in payloads]
+        step = latest_step()
+        if step != self._step_sent:  # set_step() reaches the writer before these spans
+            entries.insert(0, (codec.STEP, codec.encode_step(step)))
         try:
-            self.producer.append_all([(codec.SPANS, payload) for payload in payloads])
+            self.producer.append_all(entries)
         except SpoolFull as exc:
             self.refuse_spans(spans, "full", f"spool full, {spans} spans refused: {exc}")
             return False
@@ -269,6 +346,7 @@ class OffloadClient:
                 spans, "spool", f"could not write the spool, {spans} spans refused: {exc!r}"
             )
             return False
+        self._step_sent = step
         with self._count_lock:
             self.spans_spooled += spans
         return True
@@ -350,10 +428,18 @@ class OffloadClient:
             return False
         return self._wait(lambda: self._flushed() >= number, timeout_seconds)
 
-    def shutdown(self, timeout_seconds: float, open_spans: Sequence[SpanRecord] = ()) -> None:
+    def shutdown(
+        self, timeout_seconds: float | None = None, open_spans: Sequence[SpanRecord] = ()
+    ) -> None:
         """Ask the writer to drain everything (``open_spans`` logged, unfinished, in their
-        samples) and stop; wait up to ``timeout_seconds``. What is not drained by then stays
-        in the spool (the next writer of this run finishes it)."""
+        samples) and stop; return once everything spooled is in Trackio's storage.
+
+        Meanwhile a writer that is starved of CPU, stuck or dead hands the rest to one running at
+        this process's own priority (the rollout is over: storing what is left comes first), and
+        a long wait shows its progress on stderr. ``timeout_seconds`` (None: no limit while the
+        drain moves on) ends the wait early; then, or when the drain stops moving for
+        :data:`GIVE_UP_SECONDS`, a warning says what is left, where, and what stores it.
+        """
         if self._closed:
             return
         self._closed = True
@@ -367,27 +453,94 @@ class OffloadClient:
                 codec.FLUSH, codec.encode_flush(number, OPEN_SAMPLES.snapshot(), open_spans)
             )
             self.producer.append(codec.CLOSE, b"")
-        drained = self._wait(self._writer_done, timeout_seconds)
+        started = time.monotonic()
+        drained = self._finish(number, timeout_seconds)
         self._closing = True
         if drained:  # the writer's last counters, before the spool (all in Trackio) goes
             self._final = load_checkpoint(self.path)
         process = self._process
+        if not drained:
+            self._say_what_is_left(time.monotonic() - started)
         if not drained and process is not None and process.poll() is None:
-            left = self.backlog()
-            self._warn(
-                "shutdown",
-                f"shutdown timed out; {left} bytes stay spooled in {self.path} for the next "
-                "start of this run (or `otel-trackio drain`)",
-            )
-            process.terminate()  # it stops after its current cycle, checkpointed
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(10)
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            _stop_process(process)
         self.producer.close()
         if drained:  # all in Trackio: no spool (nor empty run folders) left behind
             remove_spool(self.path, spool_root(self.settings))
+
+    def _finish(self, flush_number: int, timeout_seconds: float | None) -> bool:
+        """Wait until the writer served the shutdown's flush and exited; replace a writer that
+        does not keep up. False when the wait ended first (see :meth:`shutdown`)."""
+        started = time.monotonic()
+        deadline = None if timeout_seconds is None else started + max(0.0, timeout_seconds)
+        watch = WriterWatch(self.writer_pid, self._progress())
+        report = Progress(self, started)
+        finishers = 0
+        moved_at, last = started, self._progress()
+        pause = 0.002
+        while not self._writer_done():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return False
+            progress = self._progress()
+            if progress != last:
+                moved_at, last = now, progress
+            elif deadline is None and now - moved_at >= GIVE_UP_SECONDS:
+                return False
+            process = self._process
+            why: str | None = None
+            if process is None or process.poll() == OPEN_FAILED:
+                return False
+            if process.poll() is not None:
+                why = f"it exited ({process.returncode})"
+            elif not self._finishing:
+                why = watch.look(progress, self._flushed() < flush_number)
+            if why is not None:
+                if finishers >= MAX_FINISHERS:
+                    return False
+                finishers += 1
+                self._hand_over(why)
+                watch = WriterWatch(self.writer_pid, progress)
+                moved_at = time.monotonic()
+            report.show()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        report.done()
+        return True
+
+    def _hand_over(self, why: str) -> None:
+        """Stop the writer (when still running) and start one at this process's priority."""
+        process = self._process
+        say(
+            f"otel-trackio: the writer process is not keeping up ({why}); storing the rest "
+            "at this process's priority"
+        )
+        self._start_writer(finishing=True)  # it opens the run while the other one stops
+        if process is not None and process.poll() is None:
+            _stop_process(process)
+
+    def _progress(self) -> tuple[Any, ...]:
+        """Where the writer is: what it processed, the flushes it served, what it stored."""
+        checkpoint = load_checkpoint(self.path)
+        if checkpoint is None:
+            return ()
+        stats = checkpoint.stats
+        return (
+            checkpoint.processed,
+            checkpoint.flushed,
+            stats.get("samples_logged"),
+            stats.get("already_stored"),
+        )
+
+    def _say_what_is_left(self, waited: float) -> None:
+        left = self.backlog()
+        run = self.sink.run_name if self.sink.opened else self.sink.requested_name
+        self._warn(
+            "shutdown",
+            f"shutdown stopped after {waited:.0f} s with {left} bytes not yet stored in Trackio; "
+            f"they stay in {self.path}, and the next start for project {self.sink.project!r} "
+            f"(an exporter, configure(), `otel-trackio serve`, or `otel-trackio drain`) stores "
+            f"them in run {run!r}",
+        )
 
     def _writer_done(self) -> bool:
         process = self._process

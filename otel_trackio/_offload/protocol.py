@@ -18,6 +18,9 @@ CONFIG_FILE = "writer.pickle"
 OPENED_FILE = "opened.json"
 """What the writer reports once it has the run: ``{"name", "id", "banner"}`` (``banner``: what
 ``trackio.init`` printed, for the rollout's terminal), or ``{"error"}``."""
+FINISH_FLAG = "--finish"
+"""The writer's flag to keep the CPU priority it started with (a writer started at shutdown to
+store what is left, or by ``otel-trackio drain``) rather than take the lowest."""
 STOPPED = 3
 """Exit status of a writer stopped by a signal with data left in its spool."""
 OPEN_FAILED = 4

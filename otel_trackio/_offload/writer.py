@@ -29,14 +29,17 @@ import logging
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricsData
 
+from otel_trackio._codec.routes import Route
 from otel_trackio._codec.sdk_metrics import decode_sdk_metrics
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
@@ -45,13 +48,14 @@ from otel_trackio._engine.sink import TrackioSink, join_run
 from otel_trackio._engine.steps import note_step
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
+    FINISH_FLAG,
     OPEN_FAILED,
     OPENED_FILE,
     STOPPED,
     WriterConfig,
 )
-from otel_trackio._spool.drain import BACKOFF_SECONDS, Drainer
-from otel_trackio._spool.paths import remove_spool, spool_root
+from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer
+from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_root
 from otel_trackio._spool.segments import is_locked, write_atomically
 
 _logger = logging.getLogger("otel_trackio")
@@ -115,18 +119,40 @@ def _spooled_metrics(request: bytes) -> Iterable[MetricsData]:
     return [data]
 
 
-def abandoned(path: Path) -> list[Path]:
-    """Spools of the same run (siblings of ``path``) that nobody appends to nor drains."""
+def abandoned(folder: Path, *, besides: Path | None = None) -> list[Path]:
+    """Offload spools under ``folder`` (a project's: ``<root>/<project>/<run>/<process>``) that
+    nobody appends to nor drains: left by a writer killed with its rollout process."""
     out = []
-    with contextlib.suppress(FileNotFoundError):
-        for sibling in sorted(path.parent.iterdir()):
-            if sibling == path or not sibling.is_dir():
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for config in sorted(folder.glob(f"*/*/{CONFIG_FILE}")):
+            spool = config.parent
+            if spool == besides:
                 continue
-            if not (sibling / CONFIG_FILE).exists():
-                continue
-            if not is_locked(sibling / "producer.lock") and not is_locked(sibling / "drain.lock"):
-                out.append(sibling)
+            if not is_locked(spool / "producer.lock") and not is_locked(spool / "drain.lock"):
+                out.append(spool)
     return out
+
+
+def adopt_abandoned(folder: Path, *, besides: Path | None = None) -> list[subprocess.Popen[bytes]]:
+    """Start a writer for each abandoned spool under ``folder`` (see :func:`abandoned`): each
+    drains into the run recorded in its own spool, never another. The writers run at the
+    lowest priority, detached; a spool another process took meanwhile is left to it."""
+    from otel_trackio._offload.client import writer_environment
+
+    started = []
+    for spool in abandoned(folder, besides=besides):
+        with open(spool / "writer.log", "ab") as log:
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "otel_trackio._offload", str(spool), ORPHAN_FLAG],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    env=writer_environment(),
+                )
+            )
+    return started
 
 
 def _parent_gone(parent_pid: int) -> bool:
@@ -153,31 +179,72 @@ def _stored(pipeline: TracePipeline, stop: threading.Event) -> bool:
     return stored
 
 
+TAKE_SECONDS = 60.0
+"""How long a finishing writer waits for the writer it replaces to let go of the spool."""
+
+
+def _take(
+    path: Path,
+    destination: Callable[[Route], Destination | None],
+    registry: OpenSampleRegistry,
+    fsync: str,
+    wait_seconds: float,
+) -> Drainer | None:
+    """The spool's drainer, once no other process drains it (None after ``wait_seconds``)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            return Drainer(path, destination, open_roots=registry, fsync=fsync)
+        except RuntimeError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+
+
+ORPHAN_FLAG = "--orphan"
+"""The spool's rollout process is gone: drain everything, log the open samples, stop."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Drain one spool into Trackio until the rollout process closes it or is gone.
 
-    ``argv``: the spool directory, and ``--orphan`` when its rollout process is known to be
-    gone (``otel-trackio drain``): everything in it is drained, then the open samples logged.
+    ``argv``: the spool directory; ``--orphan`` when its rollout process is known to be gone
+    (``otel-trackio drain``, an abandoned spool): everything in it is drained, then the open
+    samples logged; ``--finish`` to keep the CPU priority this process started with (a writer
+    started at shutdown, or by hand) rather than take the lowest.
     """
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0])
-    orphaned = "--orphan" in args[1:]
+    orphaned = ORPHAN_FLAG in args[1:]
+    finishing = FINISH_FLAG in args[1:]
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     with open(path / CONFIG_FILE, "rb") as handle:
         config: WriterConfig = pickle.load(handle)
     settings = config.settings
+    registry = OpenSampleRegistry()
+    drainer: Drainer | None = None
+    if not finishing:  # taken first: a spool another process drains is left to it
+        drainer = _take(path, lambda route: own, registry, settings.spool_fsync, 0.0)
+        if drainer is None:
+            return 0
     try:
         sink = _open_run(path, config)
     except Exception as exc:  # noqa: BLE001 - reported to the rollout process, which raises it
+        if drainer is not None:
+            drainer.close()
         with contextlib.suppress(OSError):
             write_atomically(path / OPENED_FILE, json.dumps({"error": f"{exc}"}).encode())
         _logger.error("otel-trackio writer: could not open the Trackio run: %r", exc)
         return OPEN_FAILED
-    if not orphaned:
+    if drainer is None:  # finishing: the writer this one replaces lets go of the spool meanwhile
+        drainer = _take(path, lambda route: own, registry, settings.spool_fsync, TAKE_SECONDS)
+        if drainer is None:
+            sink.release()
+            return STOPPED
+    if not finishing:
         # The rollout comes first: on a busy machine the writer takes the CPU it leaves. (After
         # opening the run, which the rollout process waits for.)
         _deprioritise()
-    registry = OpenSampleRegistry()
     own = build_run_engine(
         settings,
         transport="offload",
@@ -191,18 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     done = False
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if not orphaned:  # what writers killed with their rollout process left, each in its run
+        adopt_abandoned(spool_project_folder(path), besides=path)
     try:
-        for left in abandoned(path):  # what writers that died with their process left
-            with contextlib.suppress(RuntimeError):  # someone else took it meanwhile
-                leftover = Drainer(
-                    left, lambda route: own, open_roots=registry, fsync=settings.spool_fsync
-                )
-                leftover.run(stop, producer_gone=lambda: True)
-                finished = not stop.is_set() and _stored(pipeline, stop)
-                leftover.close()
-                if finished:
-                    remove_spool(left, spool_root(settings))
-        drainer = Drainer(path, lambda route: own, open_roots=registry, fsync=settings.spool_fsync)
         drainer.run(stop, producer_gone=lambda: orphaned or _parent_gone(config.parent_pid))
         # A closed or dead producer: its open samples never end; log them, and make sure
         # everything is stored before the spool goes.

@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Protocol
 
 from otel_trackio._codec import spool as codec
-from otel_trackio._codec.routes import Route
+from otel_trackio._codec.routes import NO_ROUTE, Route
 from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.sink import stored_span_ids, stored_steps
-from otel_trackio._engine.stats import ExportStats
+from otel_trackio._engine.stats import ExportStats, step_ranges, steps_in
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool.metric_memory import MetricMemory
 from otel_trackio._spool.segments import (
@@ -199,6 +199,10 @@ class Drainer:
             # have been handed over already, so all of them are checked against storage.
             checkpoint = Checkpoint(oldest=first, processed=end_of_spool(self.path))
         self.flushed = checkpoint.flushed
+        # What earlier drainers of this spool did (a writer or receiver restarted): the
+        # checkpoint's counters go on from there, so the run's summary counts every sample.
+        self._carried = checkpoint.stats
+        self._carried_steps = steps_in(checkpoint.stats.get("step_ranges") or ())
         self.position = max(checkpoint.oldest, first)
         # Entries before this were handed over by a previous drainer: their samples may be
         # in Trackio already.
@@ -326,6 +330,10 @@ class Drainer:
                 return False
             self.flushed = number
             return True
+        elif entry.kind == codec.STEP:
+            target = self._destination(NO_ROUTE)
+            if target is not None:
+                target.spans.declare_step(codec.decode_step(entry.payload))
         elif entry.kind == codec.OPEN_SPANS:
             if self._open_roots is not None:
                 self._open_roots.report_open_spans(codec.decode_open_spans(entry.payload))
@@ -412,12 +420,20 @@ class Drainer:
 
     def _save(self, inflight: Position | None = None) -> None:
         oldest = min(self.oldest_open(), self.position)
+        carried = self._carried
+        totals = ExportStats.total(
+            [ExportStats.from_dict(carried), *(p.stats for p in self._pipelines)]
+        )
+        steps = self._carried_steps.union(*(p.logged_steps for p in self._pipelines))
+        totals.steps_from(steps)
         stats = {
-            # Every counter of the pipelines, by name (the producer reads them back whole).
-            **ExportStats.total(p.stats for p in self._pipelines).as_dict(),
-            "entries": self.stats.entries,
-            "spans": self.stats.spans,
-            "torn_entries": self.stats.torn_entries,
+            # Every counter of the pipelines, by name (the producer reads them back whole),
+            # with those of earlier drainers of this spool.
+            **totals.as_dict(),
+            "step_ranges": step_ranges(steps),
+            "entries": int(carried.get("entries") or 0) + self.stats.entries,
+            "spans": int(carried.get("spans") or 0) + self.stats.spans,
+            "torn_entries": int(carried.get("torn_entries") or 0) + self.stats.torn_entries,
             "waiting_spans": sum(p.assembler.buffered_spans for p in self._pipelines),
         }
         checkpoint = Checkpoint(

@@ -28,14 +28,24 @@ def spool_root(settings: TrackioSettings) -> Path:
     return Path(settings.spool_dir) if settings.spool_dir else trackio_dir() / "otel-trackio-spool"
 
 
+def project_spools(settings: TrackioSettings, project: str) -> Path:
+    """The folder of every offload spool of ``project`` (one folder per run inside)."""
+    return spool_root(settings) / safe_name(project)
+
+
 def process_spool(settings: TrackioSettings, project: str, run_name: str | None) -> Path:
     """A fresh spool for this process's spans of ``project``/``run_name`` (``offload=True``).
     A run Trackio is still to name (``run_name`` None) gets a folder of its own: no other
     process's spool is of the same run."""
     run = safe_name(run_name) if run_name is not None else f"_unnamed-{uuid.uuid4().hex[:8]}"
-    run_folder = spool_root(settings) / safe_name(project) / run
+    run_folder = project_spools(settings, project) / run
     unique = f"{safe_name(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     return run_folder / unique
+
+
+def spool_project_folder(spool: Path) -> Path:
+    """The folder of all offload spools of the project ``spool`` (a process's) belongs to."""
+    return spool.parent.parent
 
 
 def receiver_spool(settings: TrackioSettings, project: str, name: str | None) -> Path:

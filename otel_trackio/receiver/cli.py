@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from otel_trackio.receiver._auth import TOKEN_ENV, resolve_token
@@ -134,9 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     drain = commands.add_parser(
         "drain",
         help="log everything a spool holds into Trackio, then exit (no server)",
-        description="Drain a spool left behind: a receiver's (give --project and --name as "
-        "you gave them to serve, or --spool) or an offloading exporter's (--spool "
-        "DIR/<project>/<run>/<host-pid-...>). Open samples are logged as partial at the end.",
+        description="Drain spools left behind. With no arguments: every offloading process's "
+        "spool whose writer was killed with it, each into the run recorded in it. A receiver's: "
+        "give --project and --name as you gave them to serve, or --spool. One offloading "
+        "exporter's: --spool DIR/<project>/<run>/<host-pid-...>. Open samples are logged as "
+        "partial at the end.",
     )
     drain.add_argument("--project", default=None, help="the receiver's Trackio project")
     drain.add_argument("--name", default=None, help="the receiver's run name")
@@ -147,16 +150,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _drain(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from otel_trackio._offload.protocol import CONFIG_FILE
+    from otel_trackio._offload.protocol import CONFIG_FILE, FINISH_FLAG
+    from otel_trackio._offload.writer import ORPHAN_FLAG
     from otel_trackio._offload.writer import main as drain_offload_spool
+    from otel_trackio._spool.paths import spool_root
     from otel_trackio.receiver._routing import Router
     from otel_trackio.settings import TrackioSettings
 
     if args.spool and (Path(args.spool) / CONFIG_FILE).exists():
-        return drain_offload_spool([args.spool, "--orphan"])
-    if not args.project:
-        print("otel-trackio drain: give --project (and --name) or --spool", file=sys.stderr)
-        return 2
+        return drain_offload_spool([args.spool, ORPHAN_FLAG, FINISH_FLAG])
+    if not args.project and not args.spool:
+        return _drain_abandoned(spool_root(TrackioSettings.from_env()))
     router = Router(args.project, args.name, settings=TrackioSettings.from_env(), spool=args.spool)
     while not router.drained():
         waiting, behind = router.backlog()
@@ -170,6 +174,40 @@ def _drain(args: argparse.Namespace) -> int:
         f"{totals['torn_entries']} torn spool entries skipped, {totals['metrics']} metrics logged"
     )
     return 0
+
+
+def _drain_abandoned(root: Path) -> int:
+    """``otel-trackio drain`` with no arguments: every offload spool under ``root`` left by a
+    writer killed with its rollout process, each into the run recorded in it (a writer process
+    each, at this process's priority, one after the other)."""
+    import subprocess
+
+    from otel_trackio._offload.client import writer_environment
+    from otel_trackio._offload.protocol import FINISH_FLAG
+    from otel_trackio._offload.writer import ORPHAN_FLAG, abandoned
+
+    spools = [
+        spool
+        for folder in (sorted(root.iterdir()) if root.is_dir() else [])
+        if folder.is_dir()
+        for spool in abandoned(folder)
+    ]
+    failed = 0
+    for spool in spools:
+        _print(f"otel-trackio drain: storing {spool}")
+        done = subprocess.run(
+            [sys.executable, "-m", "otel_trackio._offload", str(spool), ORPHAN_FLAG, FINISH_FLAG],
+            stdin=subprocess.DEVNULL,
+            env=writer_environment(),
+            check=False,
+        )
+        failed += done.returncode != 0
+    _print(
+        f"otel-trackio drain: {len(spools) - failed} of {len(spools)} abandoned spools under "
+        f"{root} stored"
+        + ("" if spools else " (nothing to do; a receiver's spool: give --project and --name)")
+    )
+    return 1 if failed else 0
 
 
 def _limits(args: argparse.Namespace) -> ReceiverLimits:
@@ -220,6 +258,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as exc:  # TrackioConfigError is a ValueError
         print(f"otel-trackio serve: {exc}", file=sys.stderr)
         return 2
+    from otel_trackio._offload.writer import adopt_abandoned
+    from otel_trackio._spool.paths import project_spools
+
+    # What offloading processes of this project killed with their writers left: each into its run.
+    adopt_abandoned(project_spools(TrackioSettings.from_env(**overrides), args.project))
     receiver.serve_forever()
     return 0
 
