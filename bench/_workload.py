@@ -234,6 +234,8 @@ class Receiver:
                 name,
                 "--port",
                 str(self.port),
+                "--grpc-port",
+                "0",
                 "--summary-seconds",
                 "0",
                 *args,

@@ -57,7 +57,7 @@ def receiver_arm(samples: int) -> tuple[float, int]:
 
     name = uuid.uuid4().hex[:8]
     with w.quiet_stdout():
-        receiver = OTLPReceiver(PROJECT, name, port=0, summary_interval=0).start()
+        receiver = OTLPReceiver(PROJECT, name, port=0, grpc_port=0, summary_interval=0).start()
     per = samples // CLIENTS
     env = dict(os.environ)
     t0 = time.perf_counter()

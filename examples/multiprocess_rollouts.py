@@ -102,7 +102,8 @@ def main() -> None:
     parser.add_argument("--name", default=None)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--samples-per-step", type=int, default=8)
-    parser.add_argument("--port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--port", type=int, default=0, help="OTLP/HTTP port (0: any free port)")
+    parser.add_argument("--grpc-port", type=int, default=0, help="OTLP/gRPC port (0: any free)")
     args = parser.parse_args()
 
     try:
@@ -113,7 +114,12 @@ def main() -> None:
         sys.exit(f"examples/multiprocess_rollouts.py {missing_extra(exc)}")
 
     receiver = OTLPReceiver(
-        args.project, args.name, port=args.port, report=print, summary_interval=2
+        args.project,
+        args.name,
+        port=args.port,
+        grpc_port=args.grpc_port,
+        report=print,
+        summary_interval=2,
     ).start()
     context = multiprocessing.get_context("spawn")  # fresh interpreters, as on other nodes
     processes = [

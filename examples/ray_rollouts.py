@@ -142,12 +142,19 @@ def main() -> None:
     parser.add_argument("--samples-per-step", type=int, default=8)
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 for a multi-node cluster")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--grpc-port", type=int, default=0)
     parser.add_argument("--token", default=None, help="required with a non-loopback --host")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray")
     args = parser.parse_args()
 
     receiver = OTLPReceiver(
-        args.project, args.name, host=args.host, port=args.port, token=args.token, report=print
+        args.project,
+        args.name,
+        host=args.host,
+        port=args.port,
+        grpc_port=args.grpc_port,
+        token=args.token,
+        report=print,
     ).start()
     if os.environ.get("RAY_ADDRESS"):
         ray.init()  # join the cluster RAY_ADDRESS names

@@ -45,6 +45,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "ExportStats",
     "LogExportStats",

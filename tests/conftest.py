@@ -80,7 +80,9 @@ def start_receiver(project):
 
     def start(**kwargs) -> OTLPReceiver:
         kwargs.setdefault("summary_interval", 0)
-        receiver = OTLPReceiver(project, kwargs.pop("name", "r"), port=0, **kwargs).start()
+        receiver = OTLPReceiver(
+            project, kwargs.pop("name", "r"), port=0, grpc_port=0, **kwargs
+        ).start()
         started.append(receiver)
         return receiver
 

@@ -98,6 +98,7 @@ class Served:
             "--project": project,
             "--name": "r",
             "--port": "0",
+            "--grpc-port": "0",
             "--summary-seconds": "0",
             "--sample-grace-seconds": "0",
         }

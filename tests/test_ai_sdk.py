@@ -146,7 +146,7 @@ def runs() -> dict[str, Any]:
     from otel_trackio.receiver import OTLPReceiver
 
     project = f"test-ai-sdk-{uuid.uuid4().hex[:12]}"
-    receiver = OTLPReceiver(project, "r", port=0, summary_interval=0).start()
+    receiver = OTLPReceiver(project, "r", port=0, grpc_port=0, summary_interval=0).start()
     try:
         plan = {
             "endpoint": receiver.url,

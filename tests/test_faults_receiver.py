@@ -40,7 +40,9 @@ def _body_of_size(step: int, index: int, size: int) -> bytes:
 
 @pytest.fixture
 def receiver(project):
-    started = OTLPReceiver(project, "r", port=0, summary_interval=0, max_body_bytes=LIMIT).start()
+    started = OTLPReceiver(
+        project, "r", port=0, grpc_port=0, summary_interval=0, max_body_bytes=LIMIT
+    ).start()
     yield started
     started.stop()
 

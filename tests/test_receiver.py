@@ -355,7 +355,8 @@ def test_refuses_a_non_loopback_address_without_a_token(project, capsys):
     assert not is_loopback("0.0.0.0")
     with pytest.raises(ValueError, match="token"):
         OTLPReceiver(project, host="0.0.0.0", port=0)
-    assert cli_main(["serve", "--project", project, "--host", "0.0.0.0", "--port", "0"]) == 2
+    serve = ["serve", "--project", project, "--host", "0.0.0.0", "--port", "0", "--grpc-port", "0"]
+    assert cli_main(serve) == 2
     assert "without a token" in capsys.readouterr().err
     assert read_traces(project) == []
 
@@ -372,6 +373,8 @@ def test_sigterm_logs_open_samples_as_partial_and_finishes_the_run(project):
             "--name",
             "cli",
             "--port",
+            "0",
+            "--grpc-port",
             "0",
             "--summary-seconds",
             "0.2",

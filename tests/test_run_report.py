@@ -170,7 +170,18 @@ def test_show_command_names_the_folder_written_to(tmp_path):
 
 # -- the receiver: fresh runs, resumed only to finish a spool, nothing left behind -------------
 
-SERVE = [sys.executable, "-m", "otel_trackio", "serve", "--port", "0", "--summary-seconds", "0"]
+SERVE = [
+    sys.executable,
+    "-m",
+    "otel_trackio",
+    "serve",
+    "--port",
+    "0",
+    "--grpc-port",
+    "0",
+    "--summary-seconds",
+    "0",
+]
 
 
 def _serve(project: str, trackio_dir: str, spool: Path, *args: str):

@@ -470,7 +470,13 @@ def _finished_spans(samples: int, offset: int = 0) -> list:
 
 def test_receiver_answers_before_trackio_and_a_full_spool_gets_503_then_retries_land(project):
     receiver = OTLPReceiver(
-        project, "busy", port=0, summary_interval=0, sample_grace_seconds=0, spool_max_mb=0.05
+        project,
+        "busy",
+        port=0,
+        grpc_port=0,
+        summary_interval=0,
+        sample_grace_seconds=0,
+        spool_max_mb=0.05,
     ).start()
     pipeline = receiver.router.default.spans
     pipeline._lock.acquire()  # Trackio is slow: nothing drains for now
@@ -507,7 +513,18 @@ def test_receiver_answers_before_trackio_and_a_full_spool_gets_503_then_retries_
     assert stored == accepted | {500, 501, 502}
 
 
-SERVE = [sys.executable, "-m", "otel_trackio", "serve", "--port", "0", "--summary-seconds", "0"]
+SERVE = [
+    sys.executable,
+    "-m",
+    "otel_trackio",
+    "serve",
+    "--port",
+    "0",
+    "--grpc-port",
+    "0",
+    "--summary-seconds",
+    "0",
+]
 
 
 def _serve(project: str, trackio_dir: str, *args: str) -> tuple[subprocess.Popen, str]:

@@ -46,7 +46,18 @@ from otel_trackio._spool import segments as spool_segments
 from otel_trackio._spool.segments import HEADER, MAGIC, load_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
-SERVE = [sys.executable, "-m", "otel_trackio", "serve", "--port", "0", "--summary-seconds", "0"]
+SERVE = [
+    sys.executable,
+    "-m",
+    "otel_trackio",
+    "serve",
+    "--port",
+    "0",
+    "--grpc-port",
+    "0",
+    "--summary-seconds",
+    "0",
+]
 SETPRIV = shutil.which("setpriv")
 
 
@@ -693,7 +704,7 @@ def test_receiver_sigkilled_mid_stream_with_a_retrying_client_stores_each_once(
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
     spool = tmp_path / "spool"
-    args = ("--sample-grace-seconds", "0")
+    args = ("--sample-grace-seconds", "0", "--grpc-port", "0")
     # the same port after the restart
     command = [sys.executable, "-m", "otel_trackio", "serve", "--summary-seconds", "0"]
     server = Server(project, fresh_dir, spool, *args, "--port", port, command=command)

@@ -85,7 +85,7 @@ def _split_samples(traces: list[dict]) -> int:
 def test_receiver_children_after_their_root_join_it_within_the_grace_period(project):
     spans = _sample_spans(49)
     first = spans[-4:]  # sample 48: its children, then its root (the order they ended)
-    receiver = OTLPReceiver(project, "grace", port=0, summary_interval=0).start()
+    receiver = OTLPReceiver(project, "grace", port=0, grpc_port=0, summary_interval=0).start()
     try:
         # The run's first sample, its children sent after its root was answered: it goes out
         # as soon as the receiver has the root (its quick phase), so they come as continuations
@@ -129,7 +129,7 @@ def test_receiver_children_after_their_root_join_it_within_the_grace_period(proj
 def test_without_a_grace_period_late_children_are_continuations_findable_by_root_id(project):
     spans = _sample_spans(12)
     receiver = OTLPReceiver(
-        project, "no-grace", port=0, summary_interval=0, sample_grace_seconds=0
+        project, "no-grace", port=0, grpc_port=0, summary_interval=0, sample_grace_seconds=0
     ).start()
     try:
         _post_root_first(receiver.url, spans, requests_in_parallel=6)
@@ -310,7 +310,9 @@ def _run_workers(url: str, workers: int, samples: int, first: int = 0) -> None:
 @pytest.mark.parametrize("grace", [None, 0])
 def test_official_exporter_across_processes_gives_whole_samples(project, grace, capsys):
     options = {} if grace is None else {"sample_grace_seconds": grace}
-    receiver = OTLPReceiver(project, "procs", port=0, summary_interval=0, **options).start()
+    receiver = OTLPReceiver(
+        project, "procs", port=0, grpc_port=0, summary_interval=0, **options
+    ).start()
     try:
         if grace is None:
             # The receiver's quick phase lets a sample go once its own process's spans are in,
@@ -349,7 +351,7 @@ def test_official_exporter_across_processes_gives_whole_samples(project, grace, 
 def test_concurrent_flushes_from_a_thread_pool_keep_samples_whole(project):
     """Many clients at once, each with a different order (root first or last)."""
     spans = _sample_spans(32, children=2)
-    receiver = OTLPReceiver(project, "mixed", port=0, summary_interval=0).start()
+    receiver = OTLPReceiver(project, "mixed", port=0, grpc_port=0, summary_interval=0).start()
     url = receiver.url
     by_sample: dict[int, list[ReadableSpan]] = {}
     for s in spans:

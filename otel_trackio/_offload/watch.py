@@ -80,8 +80,10 @@ class WriterWatch:
             self.verdict = "it is stopped"
         elif waiting and now - self._progress_at >= STUCK_SECONDS:
             self.verdict = f"it made no progress for {now - self._progress_at:.0f} s"
-        if self.verdict is None and self._pid is not None and now - self._window_start >= (
-            WINDOW_SECONDS
+        if (
+            self.verdict is None
+            and self._pid is not None
+            and now - self._window_start >= (WINDOW_SECONDS)
         ):
             times = cpu_times(self._pid)
             before = self._times

@@ -11,6 +11,7 @@ and is closed. The body's own deadline is read in the ASGI app (:mod:`._body`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from otel_trackio._engine.warn import Warnings
@@ -24,9 +25,17 @@ except ImportError:  # pragma: no cover - depends on the install
 _REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 
 
-def guarded_protocol(limits: ReceiverLimits) -> type[asyncio.Protocol]:
+HTTP2_PREFACE = b"PRI * HTTP/2.0"
+"""How an HTTP/2 connection (an OTLP/gRPC client) opens: not OTLP/HTTP."""
+
+
+def guarded_protocol(
+    limits: ReceiverLimits, on_http2: Callable[[str], None] | None = None
+) -> type[asyncio.Protocol]:
     """The HTTP protocol class for ``uvicorn.Config(http=...)`` enforcing ``limits``' header
-    deadline (``read_timeout_seconds``) and ``max_header_bytes``."""
+    deadline (``read_timeout_seconds``) and ``max_header_bytes``. A connection that opens with
+    the HTTP/2 preface (a gRPC client at the HTTP port) is closed and reported to ``on_http2``
+    (with the client's address), not answered with a bare "Invalid HTTP request"."""
     warn = Warnings(every_seconds=60.0)
 
     class GuardedHTTPProtocol(_Base):
@@ -43,6 +52,14 @@ def guarded_protocol(limits: ReceiverLimits) -> type[asyncio.Protocol]:
 
         def data_received(self, data: bytes) -> None:
             awaiting = self._awaiting_headers
+            if awaiting and not self._header_bytes and data.startswith(HTTP2_PREFACE[:3]):
+                if HTTP2_PREFACE.startswith(data[: len(HTTP2_PREFACE)]):
+                    self._stop_waiting()
+                    client = self.client
+                    if on_http2 is not None:
+                        on_http2(f"{client[0]}:{client[1]}" if client else "a client")
+                    self.transport.close()
+                    return
             super().data_received(data)
             if not awaiting:
                 return

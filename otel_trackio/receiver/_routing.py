@@ -427,6 +427,7 @@ class Router:
             stats = dataclasses.replace(self.stats)
         waiting, behind = self.backlog()
         return {
+            "requests": stats.requests,
             "spans": stats.spans_received,
             "points": stats.points_received,
             "log_records": stats.log_records_received,

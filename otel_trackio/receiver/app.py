@@ -14,16 +14,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from google.protobuf.message import Message
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from otel_trackio._codec.otlp import ItemLimits, decode_logs, decode_metrics, decode_traces
+from otel_trackio._codec.otlp import ItemLimits
 from otel_trackio._engine.warn import Warnings
 from otel_trackio.receiver._auth import BearerCheck
 from otel_trackio.receiver._body import (
@@ -35,20 +32,16 @@ from otel_trackio.receiver._body import (
 )
 from otel_trackio.receiver._decode import (
     Encoding,
-    M,
     RequestError,
     encode_message,
     encoding_of,
-    logs_response,
-    metrics_response,
     parse_request,
     status_body,
-    trace_response,
 )
 from otel_trackio.receiver._errors import ReceiverUnavailable
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
 from otel_trackio.receiver._routing import Router
-from otel_trackio.receiver._stats import Outcome
+from otel_trackio.receiver._signals import SIGNALS, Signal
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
@@ -66,6 +59,7 @@ def create_app(
     max_body_bytes: int | None = None,
     limits: ReceiverLimits | None = None,
     on_shutdown: Callable[[], None] | None = None,
+    budget: BodyBudget | None = None,
 ) -> Starlette:
     """An OTLP/HTTP receiver app feeding ``router``.
 
@@ -79,12 +73,14 @@ def create_app(
             held across connections, encoding layers, gzip members, JSON depth, timeouts).
         on_shutdown: called (in a worker thread) when the ASGI server stops the app; by default
             ``router.shutdown`` (open samples logged as partial, runs finished).
+        budget: the request bytes held at once (shared with the receiver's OTLP/gRPC door);
+            default: one of ``limits.inflight_bytes`` for this app alone.
     """
     limits = limits or DEFAULT_LIMITS
     if max_body_bytes is not None:
         limits = dataclasses.replace(limits, max_body_bytes=max_body_bytes)
     auth = BearerCheck(token)
-    budget = BodyBudget(limits.inflight_bytes)
+    budget = budget or BodyBudget(limits.inflight_bytes)
     item_limits = ItemLimits(router.settings.max_span_attributes, router.settings.max_span_events)
     warn = Warnings(every_seconds=60.0)
     # JSON costs ~10x its size in Python objects while parsed (protobuf ~5x, outside Python):
@@ -122,11 +118,7 @@ def create_app(
             claim.release()
         return Response(encode_message(message, encoding), media_type=_MEDIA_TYPES[encoding])
 
-    def endpoint(
-        message_type: type[M],
-        export: Callable[[M], Outcome],
-        respond: Callable[[int, str], Message],
-    ) -> Callable[[Request], Awaitable[Response]]:
+    def endpoint(signal: Signal) -> Callable[[Request], Awaitable[Response]]:
         """One OTLP signal: body → decompressed → parsed → exported → its response message."""
 
         def process(
@@ -136,33 +128,17 @@ def create_app(
             slot = large_json if encoding == "json" and len(data) > SMALL_REQUEST_BYTES else None
             with slot or contextlib.nullcontext():
                 request = parse_request(
-                    data, encoding, message_type, limits.max_json_depth, item_limits
+                    data, encoding, signal.request_type, limits.max_json_depth, item_limits
                 )
             del data  # the decoded request is all that is needed from here
-            outcome = export(request)
-            return respond(outcome.rejected, outcome.message)
+            outcome = signal.export(router, request, item_limits)
+            return signal.respond(outcome.rejected, outcome.message)
 
         async def receive(request: Request) -> Response:
             with router.in_flight.taking():  # until answered: maybe not in the spool yet
                 return await handle(request, process)
 
         return receive
-
-    traces = endpoint(
-        trace_service_pb2.ExportTraceServiceRequest,
-        lambda request: router.export_spans(decode_traces(request, item_limits)),
-        trace_response,
-    )
-    metrics = endpoint(
-        metrics_service_pb2.ExportMetricsServiceRequest,
-        lambda request: router.export_metrics(decode_metrics(request)),
-        metrics_response,
-    )
-    logs = endpoint(
-        logs_service_pb2.ExportLogsServiceRequest,
-        lambda request: router.export_logs(decode_logs(request, item_limits)),
-        logs_response,
-    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -172,11 +148,7 @@ def create_app(
             await run_in_threadpool(on_shutdown or router.shutdown)
 
     return Starlette(
-        routes=[
-            Route("/v1/traces", traces, methods=["POST"]),
-            Route("/v1/metrics", metrics, methods=["POST"]),
-            Route("/v1/logs", logs, methods=["POST"]),
-        ],
+        routes=[Route(signal.path, endpoint(signal), methods=["POST"]) for signal in SIGNALS],
         lifespan=lifespan,
     )
 

@@ -25,16 +25,28 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
-        help="receive OTLP/HTTP traces, metrics and logs and log them into one Trackio run",
-        description="Receive OTLP/HTTP (POST /v1/traces, /v1/metrics, /v1/logs: GenAI log events "
-        "join their samples; protobuf or JSON, gzip or "
-        "deflate) from any number of processes and log it into one Trackio run. A request "
-        "whose resource carries trackio.project / trackio.run goes to that project/run.",
+        help="receive OTLP (HTTP and gRPC) traces, metrics and logs into one Trackio run",
+        description="Receive OTLP from any number of processes and log it into one Trackio run: "
+        "OTLP/HTTP on --port (POST /v1/traces, /v1/metrics, /v1/logs; protobuf or JSON, gzip "
+        "or deflate) and OTLP/gRPC on --grpc-port (gzip). GenAI log events join their "
+        "samples. A request whose resource carries trackio.project / trackio.run goes to "
+        "that project/run.",
     )
     serve.add_argument("--project", required=True, help="Trackio project")
     serve.add_argument("--name", default=None, help="Trackio run name (default: Trackio picks)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=4318, help="port (default 4318; 0: any free)")
+    serve.add_argument(
+        "--port",
+        type=_port,
+        default=4318,
+        help="OTLP/HTTP port (default 4318; 0: any free; off: no OTLP/HTTP)",
+    )
+    serve.add_argument(
+        "--grpc-port",
+        type=_port,
+        default=4317,
+        help="OTLP/gRPC port (default 4317; 0: any free; off: no OTLP/gRPC)",
+    )
     serve.add_argument(
         "--token",
         default=None,
@@ -147,6 +159,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _port(text: str) -> int | None:
+    """A port number, or None for ``off``/``none``."""
+    if text.strip().lower() in ("off", "none", "no"):
+        return None
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r} (a number, or off)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {port} (0-65535, or off)")
+    return port
+
+
 def _drain(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -247,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.name,
             host=args.host,
             port=args.port,
+            grpc_port=args.grpc_port,
             token=resolve_token(args.token, args.token_file),
             limits=_limits(args),
             summary_interval=args.summary_seconds,

@@ -19,6 +19,8 @@ import uvicorn
 
 from otel_trackio._engine.report import open_line
 from otel_trackio._engine.sink import trackio_dir
+from otel_trackio.receiver._body import BodyBudget
+from otel_trackio.receiver._grpc import GrpcListener
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
 from otel_trackio.receiver._protocol import guarded_protocol
 from otel_trackio.receiver._routing import Router
@@ -45,7 +47,7 @@ def is_loopback(host: str) -> bool:
 
 
 class OTLPReceiver:
-    """An OTLP/HTTP server logging everything it receives into Trackio.
+    """An OTLP server (HTTP and gRPC) logging everything it receives into Trackio.
 
     Requests are answered as soon as their data is in the receiver's spool; a drain thread logs
     it to Trackio. ``start()`` runs it on a background thread (``port=0`` picks a free port; see
@@ -57,7 +59,10 @@ class OTLPReceiver:
     Args:
         project, name: the server's Trackio project and run; a request whose resource carries
             ``trackio.project`` / ``trackio.run`` goes to that project/run instead.
-        host, port: where to listen. A non-loopback host needs a ``token``.
+        host, port: where to listen for OTLP/HTTP (``port=None``: not at all). A non-loopback
+            host needs a ``token``.
+        grpc_port: where to listen for OTLP/gRPC on the same host (None: not at all; 0: a free
+            port, see ``grpc_port`` once built).
         token: required ``Authorization: Bearer <token>`` of every request.
         limits: what one request may cost (:class:`~otel_trackio.receiver.ReceiverLimits`:
             body sizes, body bytes held across connections, encoding layers, gzip members,
@@ -79,7 +84,8 @@ class OTLPReceiver:
         name: str | None = None,
         *,
         host: str = "127.0.0.1",
-        port: int = 4318,
+        port: int | None = 4318,
+        grpc_port: int | None = 4317,
         token: str | None = None,
         limits: ReceiverLimits | None = None,
         max_body_bytes: int | None = None,
@@ -111,8 +117,11 @@ class OTLPReceiver:
         self.summary_interval = summary_interval
         self.drain_seconds = drain_seconds
         self._report = report or (lambda line: _logger.info("%s", line))
-        self._socket = _bind(host, port)
-        self.port: int = self._socket.getsockname()[1]
+        if port is None and grpc_port is None:
+            raise ValueError("the receiver needs a port: OTLP/HTTP, OTLP/gRPC or both")
+        self._socket = _bind(host, port) if port is not None else None
+        self.port: int | None = self._socket.getsockname()[1] if self._socket else None
+        self._grpc: GrpcListener | None = None
         try:
             self.router = Router(
                 project,
@@ -123,10 +132,26 @@ class OTLPReceiver:
                 route_idle_seconds=limits.route_idle_seconds,
                 **options,
             )
+            budget = BodyBudget(limits.inflight_bytes)  # the bodies held, both doors together
+            if grpc_port is not None:
+                self._grpc = GrpcListener(
+                    self.router,
+                    host=host,
+                    port=grpc_port,
+                    token=token,
+                    limits=limits,
+                    budget=budget,
+                )
         except BaseException:
-            self._socket.close()
+            if self._socket is not None:
+                self._socket.close()
+            if getattr(self, "router", None) is not None and self._grpc is None:
+                self.router.shutdown(0)
             raise
-        self.app = create_app(self.router, token=token, limits=limits, on_shutdown=self._finish)
+        self.grpc_port: int | None = self._grpc.port if self._grpc is not None else None
+        self.app = create_app(
+            self.router, token=token, limits=limits, on_shutdown=self._finish, budget=budget
+        )
         config = uvicorn.Config(
             self.app,
             log_level="warning",
@@ -134,7 +159,7 @@ class OTLPReceiver:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=30,
-            http=guarded_protocol(limits),
+            http=guarded_protocol(limits, on_http2=self._grpc_at_the_http_port),
             h11_max_incomplete_event_size=limits.max_header_bytes,
         )
         self._server = uvicorn.Server(config)
@@ -148,9 +173,23 @@ class OTLPReceiver:
 
     @property
     def url(self) -> str:
-        """Base URL of the server, e.g. ``http://127.0.0.1:4318`` (append ``/v1/traces``)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        """Base URL of the OTLP/HTTP server, e.g. ``http://127.0.0.1:4318`` (append
+        ``/v1/traces``); empty when HTTP is off."""
+        if self.port is None:
+            return ""
+        return f"http://{self._host_part}:{self.port}"
+
+    @property
+    def grpc_endpoint(self) -> str:
+        """The OTLP/gRPC endpoint, e.g. ``http://127.0.0.1:4317`` (what
+        ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes); empty when gRPC is off."""
+        if self.grpc_port is None:
+            return ""
+        return f"http://{self._host_part}:{self.grpc_port}"
+
+    @property
+    def _host_part(self) -> str:
+        return f"[{self.host}]" if ":" in self.host else self.host
 
     @property
     def run_name(self) -> str:
@@ -163,9 +202,12 @@ class OTLPReceiver:
             return self
         errors: list[BaseException] = []
 
+        if self._grpc is not None:
+            self._grpc.start()
+
         def run() -> None:
             try:
-                asyncio.run(self._server.serve(sockets=[self._socket]))
+                asyncio.run(self._serve())
             except BaseException as exc:  # noqa: BLE001 - reported to start() / stop()
                 errors.append(exc)
             finally:
@@ -193,9 +235,11 @@ class OTLPReceiver:
             # finished, so let that re-raise be a no-op and return normally.
             for signum in (signal.SIGINT, signal.SIGTERM):
                 previous[signum] = signal.signal(signum, lambda *_: None)
+        if self._grpc is not None:
+            self._grpc.start()
         self._on_started_when_ready()
         try:
-            asyncio.run(self._server.serve(sockets=[self._socket]))
+            asyncio.run(self._serve())
         finally:
             self._finish()
             for sig, handler in previous.items():
@@ -222,6 +266,37 @@ class OTLPReceiver:
 
     # -- internals ---------------------------------------------------------------------------
 
+    async def _serve(self) -> None:
+        """uvicorn on the HTTP socket; with HTTP off, only the app's lifespan (its shutdown is
+        the receiver's) until asked to stop."""
+        if self._socket is not None:
+            await self._server.serve(sockets=[self._socket])
+            return
+        config = self._server.config
+        if not config.loaded:
+            config.load()
+        self._server.lifespan = config.lifespan_class(config)
+        await self._server.startup(sockets=[])
+        while not self._server.should_exit:
+            await asyncio.sleep(0.05)
+        await self._server.shutdown(sockets=None)
+
+    def _grpc_at_the_http_port(self, client: str) -> None:
+        """A gRPC (HTTP/2) client reached the OTLP/HTTP port: say where gRPC is, count it."""
+        self.router.count_refused()
+        where = (
+            f"OTLP/gRPC is served at {self.grpc_endpoint}"
+            if self.grpc_endpoint
+            else "this receiver does not serve OTLP/gRPC (start it with --grpc-port)"
+        )
+        _logger.warning(
+            "otel-trackio serve: %s sent OTLP/gRPC (HTTP/2) to the OTLP/HTTP port %s: %s; or set "
+            "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf for this port",
+            client,
+            self.port,
+            where,
+        )
+
     def _on_started_when_ready(self) -> None:
         def wait() -> None:
             while not self._server.started and not self._finished:
@@ -234,10 +309,14 @@ class OTLPReceiver:
 
     def _on_started(self) -> None:
         auth = ", bearer token required" if self.token else ""
+        doors = [
+            f"{url} ({kind})"
+            for url, kind in ((self.url, "OTLP/HTTP"), (self.grpc_endpoint, "OTLP/gRPC"))
+            if url
+        ]
         self._report(
-            f"otel-trackio serve: listening on {self.url} (OTLP/HTTP POST /v1/traces, "
-            f"/v1/metrics, /v1/logs{auth})"
-            f" -> Trackio project {self.project!r}, run {self.run_name!r}"
+            f"otel-trackio serve: listening on {' and '.join(doors)} for traces, metrics and "
+            f"logs{auth} -> Trackio project {self.project!r}, run {self.run_name!r}"
             + (
                 " (resumed: it finishes what an earlier start left in the spool "
                 f"{self.router.spool_path})"
@@ -269,6 +348,8 @@ class OTLPReceiver:
                 return
             self._finished = True
         self._stop_summary.set()
+        if self._grpc is not None:
+            self._grpc.stop()  # no new calls; those in progress are answered
         drained = self.router.shutdown(self.drain_seconds)
         totals = self.router.totals()
         left = (
@@ -282,11 +363,18 @@ class OTLPReceiver:
             f"{totals['retried']} retried, {totals['metrics']} metrics logged, "
             f"{totals['rejected']} rejected{left}"
         )
+        if not totals["requests"]:
+            grpc_door = f"{self.grpc_endpoint} (gRPC)" if self.grpc_endpoint else ""
+            doors = " or ".join(door for door in (self.url, grpc_door) if door)
+            self._report(
+                f"otel-trackio serve: nothing arrived; point the OTLP exporters at {doors}"
+            )
         self._report_runs()
-        try:
-            self._socket.close()
-        except OSError:
-            pass
+        if self._socket is not None:
+            try:
+                self._socket.close()
+            except OSError:
+                pass
 
     def _report_runs(self) -> None:
         """The end-of-run summary of each run the receiver logged into, then how to open them
