@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import threading
 from pathlib import Path
 
 import grpc
+import pytest
 from conftest import read_logs, read_traces, wait_until
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -353,3 +355,28 @@ def test_a_receiver_with_grpc_only_serves_it(project):
     finally:
         receiver.stop()
     assert _keys(read_traces(project, "grpc-only")) == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_the_otel_js_sdks_grpc_exporter_stores_whole_samples(project, start_receiver):
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    from test_ai_sdk import JS, _npm_ci
+
+    _npm_ci()
+    receiver = start_receiver(name="js", token="js-token")
+    result = subprocess.run(
+        [node, str(JS / "grpc_rollouts.mjs"), receiver.grpc_endpoint, "2", "10", "js-token"],
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0 and "exported" in result.stdout, result.stderr[-3000:]
+    receiver.stop()
+    traces = read_traces(project, "js")
+    assert _keys(traces) == [(s, i) for s in range(2) for i in range(10)]
+    assert all(
+        t["messages"][0]["content"] == f"js q{t['metadata']['sample_index']}" for t in traces
+    )
+    assert all(len(t["spans"]) == 2 for t in traces)

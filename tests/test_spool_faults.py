@@ -35,6 +35,9 @@ from typing import Any
 import pytest
 from conftest import read_logs, read_traces
 from fault_tally import tally
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -695,8 +698,9 @@ def test_spool_disk_full_mid_append_refuses_then_stores_everything_once(
 # -- still true: a receiver SIGKILLed mid-stream, a retrying client ------------------------------
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_receiver_sigkilled_mid_stream_with_a_retrying_client_stores_each_once(
-    project, fresh_dir, tmp_path
+    project, fresh_dir, tmp_path, protocol
 ):
     import socket
 
@@ -704,23 +708,31 @@ def test_receiver_sigkilled_mid_stream_with_a_retrying_client_stores_each_once(
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
     spool = tmp_path / "spool"
-    args = ("--sample-grace-seconds", "0", "--grpc-port", "0")
-    # the same port after the restart
+    # the same port after the restart, for the protocol the client speaks
+    ports = ("--port", port, "--grpc-port", "0")
+    if protocol == "grpc":
+        ports = ("--port", "0", "--grpc-port", port)
+    args = ("--sample-grace-seconds", "0", *ports)
     command = [sys.executable, "-m", "otel_trackio", "serve", "--summary-seconds", "0"]
-    server = Server(project, fresh_dir, spool, *args, "--port", port, command=command)
-    url = server.url
+    server = Server(project, fresh_dir, spool, *args, command=command)
+    url = server.url if protocol == "http" else f"http://127.0.0.1:{port}"
     batches = [_spans(step, range(20)) for step in range(30)]
     results: list[bool] = []
 
     def client() -> None:
-        for batch in batches:  # the official exporter retries refused connections
-            results.append(_send(url, batch, timeout=90))
+        for batch in batches:  # the official exporters retry refused connections
+            if protocol == "http":
+                results.append(_send(url, batch, timeout=90))
+                continue
+            exporter = GrpcSpanExporter(endpoint=url, insecure=True, timeout=90)
+            results.append(exporter.export(batch).name == "SUCCESS")
+            exporter.shutdown()
 
     sender = threading.Thread(target=client)
     sender.start()
     _wait_until(lambda: len(results) >= 10, what="a third sent")
     server.stop(signal.SIGKILL)
-    server = Server(project, fresh_dir, spool, *args, "--port", port, command=command)
+    server = Server(project, fresh_dir, spool, *args, command=command)
     sender.join(300)
     _wait_until(
         lambda: len(_stored_rows(project, "r", fresh_dir)) >= 600, what="every sample stored"
