@@ -8,6 +8,9 @@ down. Both are timed from the first span to Traces durable in storage, and both 
 count. Throughput ratio = in-process seconds / receiver seconds (target >= 0.5). The last line
 printed is the figure.
 
+Figure 6d: the same receiver arm with the 4 clients on the official OTLP/gRPC exporter, as a ratio
+of the OTLP/HTTP arm's throughput (target >= 0.9), and the receiver's CPU per span of each.
+
 Figures 6b/6c: a single-process client's time from its sample's root reaching ``otel-trackio
 serve`` to the sample readable in Trackio's storage, p50/p99/max over every sample (target: p99
 and max <= 1 s), as the machine is (6b) and with ``--burners`` busy loops (6c); see
@@ -29,30 +32,37 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
 
 TARGET = 0.5
+GRPC_TARGET = 0.9  # figure 6d: OTLP/gRPC keeps the receiver's OTLP/HTTP throughput
 LATENCY_TARGET = 1.0  # seconds, figures 6b/6c
 CLIENTS = 4
 PROJECT = "bench-receiver"
 
 
-def _client(url: str, first: int, samples: int) -> None:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def _client(url: str, first: int, samples: int, protocol: str = "http") -> None:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    provider = TracerProvider(resource=Resource.create({"service.name": "bench-client"}))
-    provider.add_span_processor(
-        BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=url + "/v1/traces", timeout=120), max_queue_size=65536
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=url, insecure=True, timeout=120)
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HTTPSpanExporter,
         )
-    )
+
+        exporter = HTTPSpanExporter(endpoint=url + "/v1/traces", timeout=120)
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench-client"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
     w.emit_workload(provider.get_tracer("bench"), samples, first)
     provider.force_flush(600_000)  # drain the backlog fully (shutdown alone gives up after 30 s)
     provider.shutdown()
     w.cleanup()  # this client's own (unused) temp Trackio folder
 
 
-def receiver_arm(samples: int) -> tuple[float, int]:
+def receiver_arm(samples: int, protocol: str = "http") -> tuple[float, int, float]:
+    """(seconds, Traces stored, the receiver's CPU seconds) with 4 clients over ``protocol``."""
     from otel_trackio.receiver import OTLPReceiver
 
     name = uuid.uuid4().hex[:8]
@@ -60,6 +70,8 @@ def receiver_arm(samples: int) -> tuple[float, int]:
         receiver = OTLPReceiver(PROJECT, name, port=0, grpc_port=0, summary_interval=0).start()
     per = samples // CLIENTS
     env = dict(os.environ)
+    url = receiver.grpc_endpoint if protocol == "grpc" else receiver.url
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     procs = [
         subprocess.Popen(
@@ -67,9 +79,10 @@ def receiver_arm(samples: int) -> tuple[float, int]:
                 sys.executable,
                 os.path.abspath(__file__),
                 "--client",
-                receiver.url,
+                url,
                 str(k * per),
                 str(per),
+                protocol,
             ],
             env=env,
         )
@@ -79,8 +92,9 @@ def receiver_arm(samples: int) -> tuple[float, int]:
     with w.quiet_stdout():
         receiver.stop()
     seconds = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     assert codes == [0] * CLIENTS, f"client exit codes {codes}"
-    return seconds, w.count_traces(PROJECT, name)
+    return seconds, w.count_traces(PROJECT, name), cpu
 
 
 def inprocess_arm(samples: int) -> tuple[float, int]:
@@ -233,8 +247,8 @@ def report_time_to_queryable(seconds: float, rate: float, burners: int) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--client":
-        _client(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) == 6 and sys.argv[1] == "--client":
+        _client(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=4000)
@@ -260,10 +274,14 @@ def main() -> None:
         w.cleanup()
         return
     t_in, stored_in = inprocess_arm(n)
-    t_rx, stored_rx = receiver_arm(n)
+    t_rx, stored_rx, cpu_rx = receiver_arm(n, "http")
+    t_grpc, stored_grpc, cpu_grpc = receiver_arm(n, "grpc")
     print(
         f"in-process {t_in:.2f} s ({stored_in} Traces stored), receiver with {CLIENTS} OTLP/HTTP "
-        f"client processes {t_rx:.2f} s ({stored_rx} Traces stored)",
+        f"client processes {t_rx:.2f} s ({stored_rx} stored, receiver CPU "
+        f"{cpu_rx / (n * 5) * 1e6:.0f} us/span), with {CLIENTS} OTLP/gRPC clients "
+        f"{t_grpc:.2f} s ({stored_grpc} stored, receiver CPU {cpu_grpc / (n * 5) * 1e6:.0f} "
+        "us/span)",
         file=sys.stderr,
     )
     ratio = t_in / t_rx
@@ -274,6 +292,13 @@ def main() -> None:
         ">= 0.5x",
         ratio >= TARGET and complete,
     )
+    grpc_ratio = t_rx / t_grpc
+    w.write_result(
+        f"6d. OTLP/gRPC / OTLP/HTTP receiver throughput ({CLIENTS} clients each), {n:,} samples",
+        f"{grpc_ratio:.2f}x (receiver CPU per span {cpu_grpc / max(cpu_rx, 1e-9):.2f}x)",
+        ">= 0.9x",
+        grpc_ratio >= GRPC_TARGET and stored_grpc == n,
+    )
     w.cleanup()
     missing = (
         ""
@@ -282,7 +307,8 @@ def main() -> None:
     )
     print(
         f"OTLP receiver / in-process throughput, {n:,} samples: {ratio:.2f}x "
-        f"({n * 5 / t_rx:,.0f} vs {n * 5 / t_in:,.0f} spans/s{missing}; target >= 0.5x)"
+        f"({n * 5 / t_rx:,.0f} vs {n * 5 / t_in:,.0f} spans/s{missing}; target >= 0.5x); "
+        f"gRPC / HTTP {grpc_ratio:.2f}x ({n * 5 / t_grpc:,.0f} spans/s over gRPC)"
     )
 
 

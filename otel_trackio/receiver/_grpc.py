@@ -42,10 +42,13 @@ from otel_trackio.receiver._signals import SIGNALS, Signal
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
-WORKERS = 16
-"""Threads answering calls; more calls wait for one (up to :data:`MAX_CONCURRENT_CALLS`)."""
+MAX_WORKERS = 16
+"""Threads answering calls at most; more calls wait for one (up to :data:`MAX_CONCURRENT_CALLS`).
+A call's message is read on its worker thread, so the workers bound the messages held at once:
+as many as ``max_inflight_bytes`` holds of ``max_body_bytes``-sized ones (at least 2)."""
 MAX_CONCURRENT_CALLS = 256
-"""Calls taken at once; past it grpcio answers ``RESOURCE_EXHAUSTED`` (the clients retry)."""
+"""Calls taken at once, waiting ones included; past it grpcio answers ``RESOURCE_EXHAUSTED``
+before reading the message (the clients retry)."""
 
 _STATUS_OF_HTTP = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
@@ -55,6 +58,11 @@ _STATUS_OF_HTTP = {
     503: grpc.StatusCode.UNAVAILABLE,
 }
 _RETRY_INFO = "google.rpc.retryinfo-bin"
+
+
+def workers(limits: ReceiverLimits) -> int:
+    """Worker threads for ``limits``: the request bytes held stay within the HTTP side's bound."""
+    return max(2, min(MAX_WORKERS, limits.inflight_bytes // max(1, limits.max_body_bytes)))
 
 
 def _retry_after(seconds: float) -> tuple[tuple[str, bytes], ...]:
@@ -85,7 +93,7 @@ class GrpcListener:
         )
         self._warn = Warnings(every_seconds=60.0)
         self._server = grpc.server(
-            ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="otel-trackio-grpc"),
+            ThreadPoolExecutor(max_workers=workers(limits), thread_name_prefix="otel-trackio-grpc"),
             options=[
                 ("grpc.max_receive_message_length", limits.max_body_bytes),
                 ("grpc.so_reuseport", 0),  # a port another receiver holds is refused
