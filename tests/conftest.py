@@ -21,9 +21,9 @@ else:
     os.environ["TRACKIO_DIR"] = _TRACKIO_DIR
     os.environ[_SESSION] = "1"
 os.environ.setdefault("TRACKIO_DISABLE_TELEMETRY", "1")
-# Exporters offload by default; most tests look at the engine in this process (the offload tests
-# ask for offload=True, and the default itself is tested with this variable removed).
-os.environ["OTEL_EXPORTER_TRACKIO_OFFLOAD"] = "false"
+# The suite runs what ships: exporters offload by default. Tests of the in-process engine itself ask
+# for it by name (the ``in_process`` fixture).
+os.environ.pop("OTEL_EXPORTER_TRACKIO_OFFLOAD", None)
 
 import pytest  # noqa: E402
 from trackio import context_vars  # noqa: E402
@@ -40,6 +40,15 @@ pytest_plugins = ["fault_tally"]
 def trackio_dir() -> str:
     """The session's Trackio folder."""
     return _TRACKIO_DIR
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """The in-process engine for every exporter the test builds (``offload=False`` through its
+    environment variable): for tests of the engine's own behaviour in this process. Every other
+    test runs the shipped default, offload."""
+    monkeypatch.setenv("OTEL_EXPORTER_TRACKIO_OFFLOAD", "false")
+    return "in-process"
 
 
 @pytest.fixture

@@ -81,7 +81,8 @@ class _Recorder:
         run.finish = finish
 
 
-def test_configure_sends_spans_and_metrics_to_one_run(project):
+def test_configure_sends_spans_and_metrics_to_one_run(project, in_process):
+    # In process: the span and metric exporters hold the very run object configure() opened.
     handle = otel_trackio.configure(project, "r")
     assert trace.get_tracer_provider() is handle.tracer_provider
     assert otel_metrics.get_meter_provider() is handle.meter_provider
@@ -118,7 +119,8 @@ def test_configure_twice_same_run_returns_the_handle_and_exports_once(project, c
     assert {t["key"] for t in traces} == {"rollout/traces"}
 
 
-def test_configure_for_another_run_replaces_the_previous_one(project):
+def test_configure_for_another_run_replaces_the_previous_one(project, in_process):
+    # In process: it looks at the run objects configure() opened and finished.
     first = otel_trackio.configure(project, "r1")
     _rollouts(0, 2)
     second = otel_trackio.configure(project, "r2")

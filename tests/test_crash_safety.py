@@ -16,8 +16,9 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from conftest import read_logs, read_traces
+from conftest import read_logs, read_traces, wait_until
 from fault_tally import tally
+from trackio.sqlite_storage import SQLiteStorage
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,10 +76,23 @@ def test_sigkill_mid_run_keeps_every_exported_sample():
     assert child.returncode == -signal.SIGKILL
     assert exported_steps == list(range(12))
     tally.tried("crash", 4 * len(exported_steps))
+    expected = {(s, i) for s in exported_steps for i in range(4)}
+
+    def stored_now() -> set[tuple[int, int]]:
+        if project not in SQLiteStorage.get_projects() or "killed" not in SQLiteStorage.get_runs(
+            project
+        ):
+            return set()
+        return {
+            (t["step"], t["metadata"].get("sample_index")) for t in read_traces(project, "killed")
+        }
+
+    # Offloaded (the default), the writer outlives the rollout: it stores what was exported, then
+    # exits.
+    wait_until(lambda: expected <= stored_now(), timeout=60, what="the exported samples")
     traces = read_traces(project, "killed")  # the project opens after the kill
     read_logs(project, "killed")
     stored = {(t["step"], t["metadata"].get("sample_index")) for t in traces}
-    expected = {(s, i) for s in exported_steps for i in range(4)}
     missing = expected - stored
     tally.lost("crash", len(missing))
     assert not missing, f"{len(missing)} exported samples missing after SIGKILL: {sorted(missing)}"

@@ -26,6 +26,9 @@ from trackio import context_vars
 
 from otel_trackio import TrackioSpanExporter
 
+# The in-process engine, by name: its pipeline, batches, TTL and buffer in this process.
+pytestmark = pytest.mark.usefixtures("in_process")
+
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -183,6 +186,7 @@ def test_each_export_logs_one_batch_per_step(project):
     exporter = TrackioSpanExporter(project=project, name="r")
     calls = []
     real_log = exporter.run.log
+
     def log(metrics, step=None):
         if "rollout/traces" in metrics:  # (the outcome tables are logged apart)
             calls.append(step)

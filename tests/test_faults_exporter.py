@@ -31,6 +31,10 @@ from opentelemetry.sdk.trace.export import SpanExportResult as R
 from otel_trackio import TrackioSpanExporter
 from otel_trackio._core.records import SpanRecord
 
+# The in-process engine, by name: its storage faults (offloaded: test_spool_faults.py,
+# test_offload_shutdown.py).
+pytestmark = pytest.mark.usefixtures("in_process")
+
 REPO = Path(__file__).resolve().parent.parent
 HANG_GUARD = 60.0  # seconds: a join past this means something blocked forever
 

@@ -30,6 +30,10 @@ from otel_trackio import TrackioLogExporter, TrackioSpanExporter
 from otel_trackio._core.assembly import PLACEHOLDER_ATTRIBUTE, PLACEHOLDER_NAME
 from otel_trackio._engine.grace import LOG_GRACE_SECONDS
 
+# The in-process engine, by name: GenAI log events joining samples in this process's
+# pipeline (offloaded: test_spool.py).
+pytestmark = pytest.mark.usefixtures("in_process")
+
 CHAT = {"gen_ai.operation.name": "chat"}
 
 

@@ -498,7 +498,9 @@ def test_exponential_histograms_via_preferred_aggregation(project):
 # -- step fallbacks and the shared run -----------------------------------------------------------
 
 
-def test_shared_run_with_the_span_exporter_and_its_steps(project, tracer_provider):
+def test_shared_run_with_the_span_exporter_and_its_steps(project, tracer_provider, in_process):
+    # In process: a metric exporter built by hand reads the steps its process's span exporter
+    # saw (offloaded, the writer sees them; configure()'s metrics follow the spool there).
     spans = TrackioSpanExporter(project=project, name="shared")
     metrics = TrackioMetricExporter(project=project, name="shared")
     assert metrics.run is spans.run

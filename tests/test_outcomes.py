@@ -103,7 +103,10 @@ def test_one_table_per_step_says_which_scored_what_they_answered_which_failed_or
     assert traces[1]["messages"][-1]["content"] == "It is 5."
 
 
-def test_a_step_in_several_batches_is_one_table_and_a_straggler_relogs_it_whole(project):
+def test_a_step_in_several_batches_is_one_table_and_a_straggler_relogs_it_whole(
+    project, in_process
+):
+    # In process: the tables are read after each export, which logs synchronously there.
     exporter, provider, _ = _setup(project)
     _answered(provider, 0, 1, "b", 1.0)  # each sample is its own export (and log call)
     _answered(provider, 0, 0, "a", 0.0)

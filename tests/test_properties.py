@@ -513,9 +513,10 @@ def _stored_span_count(project: str, run: str) -> tuple[int, int]:
 @E2E
 @given(span_forests(), st.lists(st.integers(0, 100), max_size=3))
 def test_end_to_end_every_span_is_read_back(spans, cuts):
+    # The in-process engine (records fed to its pipeline): offload off for this exporter.
     project = f"fuzz-{uuid.uuid4().hex[:12]}"
     tally.tried("end-to-end")
-    exporter = TrackioSpanExporter(project, name="fuzz", max_value_chars=4096)
+    exporter = TrackioSpanExporter(project, name="fuzz", max_value_chars=4096, offload=False)
     try:
         results = [exporter._export_records(batch) for batch in _split(spans, cuts)]
         exporter.shutdown()
@@ -542,7 +543,7 @@ def test_end_to_end_every_span_is_read_back(spans, cuts):
 def test_extreme_steps_end_to_end(step, project):
     """A step SQLite cannot hold must not make the sample vanish in Trackio's background thread."""
     tally.tried("end-to-end")
-    exporter = TrackioSpanExporter(project, name="steps")
+    exporter = TrackioSpanExporter(project, name="steps", offload=False)  # records fed in process
     record = SpanRecord(1, 2, "root", 0, 10, attributes={"step": step, "sample_index": 0})
     result = exporter._export_records([record])
     exporter.shutdown()

@@ -30,6 +30,7 @@ def settings_variables() -> dict[str, str]:
     """``{setting name: environment variable}`` for every setting that has one."""
     return {f.name: f.metadata["env"] for f in fields(TrackioSettings) if f.metadata.get("env")}
 
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -171,8 +172,9 @@ class _PublicOnlyRun:
 
 
 def test_a_run_without_trackio_internals_stores_every_sample_and_says_what_is_lost(
-    project, caplog, tracer_provider
+    project, caplog, tracer_provider, in_process
 ):
+    # In process: this process's sink against a Trackio lacking the members it uses.
     real = trackio.init(project=project, name="public", resume="never")
     trackio_door._missing.reset()
     exporter = TrackioSpanExporter(run=_PublicOnlyRun(real))

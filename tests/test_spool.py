@@ -211,7 +211,7 @@ def _offload_provider(
 def test_a_hand_built_exporter_offloads_unless_the_variable_says_not_to(
     project, monkeypatch, tracer_provider
 ):
-    monkeypatch.delenv("OTEL_EXPORTER_TRACKIO_OFFLOAD")  # conftest turns the default off
+    monkeypatch.delenv("OTEL_EXPORTER_TRACKIO_OFFLOAD", raising=False)
     exporter = TrackioSpanExporter(project, "by-hand")
     assert exporter.settings.offload is True
     assert exporter.offloaded is not None
@@ -437,7 +437,7 @@ def test_offload_under_opentelemetry_instrument(project, trackio_dir, tmp_path):
     assert _keys(read_traces(project, "zero-code")) == [(0, i) for i in range(10)]
     # The writer must not instrument itself (it would start a writer, which would start one...):
     # once the app is done, its writer exits and no other appears.
-    _wait_until(lambda: not _processes_mentioning(trackio_dir), timeout=60)
+    _wait_until(lambda: not _processes_mentioning(f"otel-trackio-spool/{project}/"), timeout=60)
 
 
 def _processes_mentioning(text: str) -> list[int]:

@@ -321,6 +321,9 @@ class Drainer:
                 return True  # served before a restart
             if self._open_roots is not None:
                 self._open_roots.update(flush.open_roots)
+            own = self._destination(NO_ROUTE)
+            if own is not None:  # its open spans may be all a sample has (none ended yet)
+                self._track(own.spans)
             ok = True
             for pipeline in self._pipelines:  # the producer's open spans join their samples
                 ok = pipeline.flush(open_spans=flush.open_spans) and ok
