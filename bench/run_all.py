@@ -33,6 +33,7 @@ def plan(full: bool) -> list[tuple[str, list[str]]]:
         ("bench_memory.py", ["--spans", "1000000" if full else "100000"]),
         ("bench_metrics.py", ["--exports", "50" if full else "20"]),
         ("bench_offload.py", ["--samples", samples, "--async-samples", "2000", "--rounds", "3"]),
+        ("bench_shutdown.py", ["--samples", "3000"]),
         ("bench_soak.py", ["--workers", "4", "--seconds", "180" if full else "60"]),
         ("bench_spool_fsync.py", ["--appends", "2000" if full else "500"]),
         ("bench_hostile.py", []),

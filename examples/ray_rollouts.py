@@ -142,7 +142,9 @@ def main() -> None:
     parser.add_argument("--samples-per-step", type=int, default=8)
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 for a multi-node cluster")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--grpc-port", type=int, default=0)
+    # No OTLP/gRPC listener in this process: Ray's node does not start beside a gRPC server of the
+    # process that calls ray.init() (the workers here send OTLP/HTTP).
+    parser.add_argument("--grpc-port", type=int, default=None)
     parser.add_argument("--token", default=None, help="required with a non-loopback --host")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray")
     args = parser.parse_args()

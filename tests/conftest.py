@@ -42,6 +42,26 @@ def trackio_dir() -> str:
     return _TRACKIO_DIR
 
 
+@pytest.fixture(autouse=True)
+def _no_writer_outlives_its_test(monkeypatch):
+    """The offload writer of an exporter a test left open is shut down with the test (else it
+    lives, polling its spool, as long as the session: the test process is its parent)."""
+    from otel_trackio._offload.client import OffloadClient
+
+    made: list[OffloadClient] = []
+    build = OffloadClient.__init__
+
+    def init(self, *args, **kwargs):
+        build(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(OffloadClient, "__init__", init)
+    yield
+    for client in made:
+        if not client.closed:
+            client.shutdown(5.0)
+
+
 @pytest.fixture
 def in_process(monkeypatch):
     """The in-process engine for every exporter the test builds (``offload=False`` through its

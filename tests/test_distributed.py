@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import read_logs, read_traces
+from conftest import read_logs, read_traces, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -113,7 +113,10 @@ ACTORS = textwrap.dedent(
                 for i in range(5):
                     with rollout(step, worker * 5 + i) as span:
                         span.set_attribute("reward", float(i % 2))
-            telemetry.shutdown()  # the writer drains, then exits
+            if sys.argv[3] == "shutdown":
+                telemetry.shutdown()  # everything stored before the result goes back
+            # else: the actor returns with its samples still spooled, and ray.shutdown() below
+            # kills it with its writer
             return telemetry.span_exporter.offloaded.writer_pid
 
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
@@ -125,7 +128,11 @@ ACTORS = textwrap.dedent(
 )
 
 
-def test_offload_inside_ray_actors_logs_into_one_run(project, trackio_dir):
+@pytest.mark.parametrize("ending", ["shutdown", "killed"])
+def test_offload_inside_ray_actors_logs_into_one_run(project, trackio_dir, ending):
+    """``handle.shutdown()`` in the actor stores everything before its last result; an actor
+    that skips it is killed with its writer by ``ray.shutdown()``, and the next start for the
+    project (here an exporter of another run) stores its spool in the actors' run."""
     pytest.importorskip("ray", reason="Ray is in the test extra; `make test` installs it")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAY_ADDRESS"))}
     env.update(
@@ -135,7 +142,7 @@ def test_offload_inside_ray_actors_logs_into_one_run(project, trackio_dir):
         RAY_AUTH_MODE="disabled",
     )
     result = subprocess.run(
-        [sys.executable, "-c", ACTORS, project, "actors"],
+        [sys.executable, "-c", ACTORS, project, "actors", ending],
         env=env,
         capture_output=True,
         text=True,
@@ -145,7 +152,12 @@ def test_offload_inside_ray_actors_logs_into_one_run(project, trackio_dir):
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("writer pids:")]
     writers = [int(p) for p in line.split(":", 1)[1].split()]
-    assert all(not Path(f"/proc/{pid}").exists() for pid in writers)  # no writer left behind
+    if ending == "killed":  # the next start of anything for the project
+        from otel_trackio import TrackioSpanExporter
+
+        TrackioSpanExporter(project, "next", offload=True).shutdown()
+        wait_until(lambda: len(read_traces(project, "actors")) >= 20, what="the actors' samples")
+    wait_until(lambda: all(not Path(f"/proc/{pid}").exists() for pid in writers))  # none left
     traces = read_traces(project, "actors")
     keys = sorted((t["step"], t["metadata"]["sample_index"]) for t in traces)
     assert keys == [(s, i) for s in range(2) for i in range(10)]

@@ -23,6 +23,7 @@ from test_spool import _emit, _keys
 
 import otel_trackio
 from otel_trackio import TrackioSpanExporter, TrackioSpanProcessor
+from otel_trackio._offload import client
 from otel_trackio._offload.client import WRITER_CHECK_SECONDS
 from otel_trackio._offload.writer import abandoned
 
@@ -71,9 +72,10 @@ def test_shutdown_with_the_writer_stopped_stores_everything_at_this_process_prio
     assert not exporter.offloaded.path.exists()  # all stored: the spool is gone
 
 
-def test_a_starved_writer_hands_over_at_shutdown(project, capfd):
+def test_a_starved_writer_hands_over_at_shutdown(project, capfd, monkeypatch):
     """A writer at the lowest priority on a machine whose CPUs are all taken: its share is a
     sliver, so the exiting process stores the rest at its own priority."""
+    monkeypatch.setattr(client, "HANDOVER_BYTES", 0)  # this tail is short: hand it over anyway
     provider, exporter = _provider(project, "starved")
     writer = exporter.offloaded.writer_pid
     _emit(provider, steps=2, samples=60)
@@ -93,6 +95,7 @@ def test_a_starved_writer_hands_over_at_shutdown(project, capfd):
     assert _keys(read_traces(project, "starved")) == [(s, i) for s in range(2) for i in range(60)]
     err = capfd.readouterr().err
     assert "120 samples logged" in err
+    assert "not keeping up (it is starved of CPU" in err
 
 
 def test_a_writer_killed_over_and_over_loses_nothing_and_the_summary_counts_every_writer(

@@ -114,6 +114,18 @@ def _instrument(tmp_path: Path, app: str, **env: str) -> subprocess.CompletedPro
     )
 
 
+def _without_the_grpc_exporter(folder: Path) -> str:
+    """A folder that, first on ``PYTHONPATH``, hides the installed OTLP/gRPC exporter's entry
+    points (``importlib.metadata`` takes the first distribution of a name): what a user without
+    ``opentelemetry-exporter-otlp-proto-grpc`` has."""
+    info = folder / "opentelemetry_exporter_otlp_proto_grpc-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: opentelemetry-exporter-otlp-proto-grpc\nVersion: 0.0\n"
+    )
+    return str(folder)
+
+
 def test_zero_code_with_metrics_left_on_a_missing_otlp_exporter_says_so(
     project, trackio_dir, tmp_path
 ):
@@ -122,6 +134,7 @@ def test_zero_code_with_metrics_left_on_a_missing_otlp_exporter_says_so(
         "print('app finished')\n",
         TRACKIO_DIR=trackio_dir,
         OTEL_EXPORTER_TRACKIO_PROJECT=project,
+        PYTHONPATH=_without_the_grpc_exporter(tmp_path / "hide"),
     )
     assert "app finished" in result.stdout
     said = [line for line in _summary_lines(result.stderr) if "not installed" in line]

@@ -86,7 +86,10 @@ interpreter importing Trackio: about a second, more on a busy machine)."""
 GIVE_UP_SECONDS = 120.0
 """Shutdown with no time limit stops waiting when the drain has not moved for this long (storage
 refusing every write: Trackio's lock held by another process, a full disk)."""
-STOP_SECONDS = 10.0
+HANDOVER_BYTES = 1024 * 1024
+"""A writer that is only slow (starved of CPU) keeps a backlog smaller than this: starting one at
+this process's priority (a fresh interpreter importing Trackio) would take longer."""
+STOP_SECONDS = 5.0
 """How long a writer asked to stop (SIGTERM) may take to checkpoint and exit before SIGKILL."""
 MAX_FINISHERS = 3
 """How many writers a shutdown starts at its own priority, at most (one that keeps dying)."""
@@ -494,6 +497,8 @@ class OffloadClient:
                 why = f"it exited ({process.returncode})"
             elif not self._finishing:
                 why = watch.look(progress, self._flushed() < flush_number)
+                if why is not None and watch.only_slow and self.backlog() < HANDOVER_BYTES:
+                    why = None  # a short tail: the writer finishes it sooner than a new one
             if why is not None:
                 if finishers >= MAX_FINISHERS:
                     return False

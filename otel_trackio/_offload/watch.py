@@ -69,10 +69,14 @@ class WriterWatch:
         self._window_start = now
         self._times = cpu_times(pid) if pid is not None else None
         self.verdict: str | None = None
+        self.only_slow = False
+        """The verdict is starvation: the writer still moves, slowly (not stopped, not stuck)."""
 
     def look(self, progress: Hashable, waiting: bool) -> str | None:
         """Note the drain's position (``waiting``: entries are still to be drained); the reason
         to replace the writer, or None."""
+        if self.only_slow:  # judged starved once: look again from now on
+            self.verdict, self.only_slow = None, False
         now = time.monotonic()
         if progress != self._progress:
             self._progress, self._progress_at = progress, now
@@ -92,6 +96,7 @@ class WriterWatch:
                 waited = times.waiting - before.waiting
                 if waited > ran:
                     share = ran / max(1, ran + waited)
+                    self.only_slow = True
                     self.verdict = (
                         f"it is starved of CPU (it ran {share:.0%} of the time it was ready to)"
                     )

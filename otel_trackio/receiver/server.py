@@ -61,8 +61,10 @@ class OTLPReceiver:
             ``trackio.project`` / ``trackio.run`` goes to that project/run instead.
         host, port: where to listen for OTLP/HTTP (``port=None``: not at all). A non-loopback
             host needs a ``token``.
-        grpc_port: where to listen for OTLP/gRPC on the same host (None: not at all; 0: a free
-            port, see ``grpc_port`` once built).
+        grpc_port: where to listen for OTLP/gRPC on the same host (``otel-trackio serve``: 4317;
+            here None, not at all, unless asked; 0: a free port, see ``grpc_port`` once built).
+            Not in a process that then calls ``ray.init()``: Ray's node does not start beside a
+            running gRPC server of the same process (run ``otel-trackio serve`` apart instead).
         token: required ``Authorization: Bearer <token>`` of every request.
         limits: what one request may cost (:class:`~otel_trackio.receiver.ReceiverLimits`:
             body sizes, body bytes held across connections, encoding layers, gzip members,
@@ -85,7 +87,7 @@ class OTLPReceiver:
         *,
         host: str = "127.0.0.1",
         port: int | None = 4318,
-        grpc_port: int | None = 4317,
+        grpc_port: int | None = None,
         token: str | None = None,
         limits: ReceiverLimits | None = None,
         max_body_bytes: int | None = None,
