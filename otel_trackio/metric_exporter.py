@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,9 @@ class TrackioMetricExporter(MetricExporter):
         self._others_log = False
         # Our own step clock, for a Trackio that does not expose the run's.
         self._own_next_step = 0
+        # Where a point without a step finds the latest step: this process's (set_step, the
+        # spans of its in-process exporters), or the run's own in a writer or receiver.
+        self._latest_step: Callable[[], int | None] = _steps.latest_step
         self._warn = Warnings(every_seconds=_WARN_INTERVAL_SECONDS)
         self.stats = MetricExportStats()
 
@@ -282,8 +286,13 @@ class TrackioMetricExporter(MetricExporter):
             self._warn("distribution", f"could not build the distribution {key!r}: {exc!r}")
             return None
 
+    def follow_steps(self, latest: Callable[[], int | None]) -> None:
+        """Take step-less points to ``latest()`` (a run engine's own step memory: in a writer or
+        the receiver each run keeps its own) rather than this process's latest step."""
+        self._latest_step = latest
+
     def _fallback_step(self) -> int:
-        known = _steps.latest_step()
+        known = self._latest_step()
         if known is not None:
             return known
         clock = self._sink.next_step()

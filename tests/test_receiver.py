@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import read_logs, read_traces
+from conftest import read_logs, read_traces, wait_until
 from conftest import trace_id as stored_trace_id
 from google.rpc import status_pb2
 from opentelemetry import trace as otel_trace
@@ -33,6 +33,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio.receiver import OTLPReceiver, is_loopback
 from otel_trackio.receiver._body import decompress
@@ -328,9 +329,7 @@ def test_decompression_is_capped_while_streaming():
     assert decompress(zlib.compress(payload), "deflate", mib) == payload
     raw = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
     assert decompress(raw.compress(payload) + raw.flush(), "deflate", mib) == payload
-    assert decompress(gzip.compress(payload) + gzip.compress(payload), "gzip", mib) == (
-        payload * 2
-    )
+    assert decompress(gzip.compress(payload) + gzip.compress(payload), "gzip", mib) == (payload * 2)
     with pytest.raises(RequestError) as caught:
         decompress(gzip.compress(payload)[:-12], "gzip", mib)
     assert caught.value.status == 400
@@ -466,3 +465,29 @@ def test_summary_line_only_while_data_flows(project, start_receiver):
     assert "2.0 spans/s" in line and "2 samples logged" in line and "0 rejected" in line
     now[0] += 2
     assert summary.line() is None
+
+
+def test_each_run_keeps_its_own_latest_step_for_step_less_metrics(project, start_receiver):
+    """Run A's spans are at step 9; run B's metrics carry no step: they go to B's own clock
+    (step 0), never to the step another client's run reached."""
+    receiver = start_receiver(name="main")
+    spans = TracerProvider(resource=Resource.create({"trackio.run": "a"}))
+    spans.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces"))
+    )
+    with spans.get_tracer("t").start_as_current_span(
+        "rollout", attributes={"step": 9, "sample_index": 0}
+    ):
+        pass
+    spans.shutdown()
+    wait_until(lambda: "a" in SQLiteStorage.get_runs(project) and read_traces(project, "a"))
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{receiver.url}/v1/metrics"), export_interval_millis=600_000
+    )
+    meters = MeterProvider(metric_readers=[reader], resource=Resource.create({"trackio.run": "b"}))
+    meters.get_meter("m").create_counter("episodes").add(1)  # no step
+    meters.shutdown()
+    receiver.stop()
+    assert [t["step"] for t in read_traces(project, "a")] == [9]
+    steps = [row["step"] for row in read_logs(project, "b") if "episodes" in row]
+    assert steps == [0]

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, Sample, StepMemory
-from otel_trackio._engine import steps as _steps
 from otel_trackio._engine.batches import Converter, by_step
 from otel_trackio._engine.expiry import ExpiryTimer
 from otel_trackio._engine.gate import Gate
@@ -409,7 +408,7 @@ class TracePipeline:
             self.stats.log_calls += 1
             self.stats.logged_at(step, step not in self._steps_logged)
             self._steps_logged.add(step)
-            _steps.note_step(step)  # the metric exporters' fallback step
+            self.assembler.steps.note(step)  # the run's metrics' fallback step
             self._outcomes.note(step, traces)
         self._outcomes.log(flush=False)
         return ok

@@ -139,6 +139,7 @@ def build_run_engine(
     if decode_metrics is not None:
         try:
             metrics = TrackioMetricExporter(run=sink.run, settings=settings)
+            metrics.follow_steps(steps.latest)  # the run's latest step, its spans' and metrics'
         except BaseException:
             pipeline.close()
             raise

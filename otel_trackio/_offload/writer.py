@@ -41,11 +41,11 @@ from opentelemetry.sdk.metrics.export import MetricsData
 
 from otel_trackio._codec.routes import Route
 from otel_trackio._codec.sdk_metrics import decode_sdk_metrics
+from otel_trackio._core.samples import StepMemory
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
 from otel_trackio._engine.sink import TrackioSink, join_run
-from otel_trackio._engine.steps import note_step
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
     FINISH_FLAG,
@@ -110,12 +110,12 @@ def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
     return sink
 
 
-def _spooled_metrics(request: bytes) -> Iterable[MetricsData]:
+def _spooled_metrics(request: bytes, steps: StepMemory) -> Iterable[MetricsData]:
     """A spooled metrics entry of the rollout process; the rollout's latest step (``set_step``)
-    joins the steps this process saw in spans, for points without a ``step``."""
+    joins the steps the run saw in spans (``steps``), for points without a ``step``."""
     latest, data = decode_sdk_metrics(request)
     if latest is not None:
-        note_step(latest)
+        steps.note(latest)
     return [data]
 
 
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         sink=sink,
         open_samples=registry,
         open_spans=registry,
-        decode_metrics=_spooled_metrics,
+        decode_metrics=lambda request: _spooled_metrics(request, own.spans.assembler.steps),
     )
     pipeline = own.spans
     stop = threading.Event()
