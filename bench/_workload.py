@@ -217,11 +217,14 @@ class Receiver:
         import socket
         import subprocess
 
-        with socket.socket() as sock:
+        with socket.socket() as sock, socket.socket() as other:
             sock.bind(("127.0.0.1", 0))
+            other.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
+            self.grpc_port = other.getsockname()[1]
         self.project = project
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_url = f"http://127.0.0.1:{self.grpc_port}"
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -235,7 +238,7 @@ class Receiver:
                 "--port",
                 str(self.port),
                 "--grpc-port",
-                "0",
+                str(self.grpc_port),
                 "--summary-seconds",
                 "0",
                 *args,

@@ -35,14 +35,20 @@ WORKER = textwrap.dedent(
     import json, sys, time
     sys.path.insert(0, sys.argv[5])
     import _workload as w
-    from opentelemetry.exporter.otlp.proto.http import Compression
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     url, worker = sys.argv[1], int(sys.argv[2])
     seconds, rate = float(sys.argv[3]), float(sys.argv[4])
+    if sys.argv[6] == "grpc":
+        from grpc import Compression
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        options = {"endpoint": url, "insecure": True, "compression": Compression.Gzip}
+    else:
+        from opentelemetry.exporter.otlp.proto.http import Compression
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        options = {"endpoint": url + "/v1/traces", "compression": Compression.Gzip}
     latencies, exported = [], [0]
 
     class Timed(OTLPSpanExporter):
@@ -57,7 +63,7 @@ WORKER = textwrap.dedent(
     provider = TracerProvider(resource=Resource.create({"service.name": f"soak-{worker}"}))
     # A queue deep enough for a burst: a drop here would be the client's, not the receiver's.
     processor = BatchSpanProcessor(
-        Timed(endpoint=url + "/v1/traces", compression=Compression.Gzip), max_queue_size=65536
+        Timed(**options), max_queue_size=65536
     )
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("soak")
@@ -99,6 +105,9 @@ def main() -> None:
     parser.add_argument(
         "--spans-per-second", type=float, default=3000, help="offered by all workers together"
     )
+    parser.add_argument(
+        "--protocol", choices=("http", "grpc"), default="http", help="the workers' OTLP exporter"
+    )
     args = parser.parse_args()
     project = f"bench-soak-{uuid.uuid4().hex[:6]}"
     spool = Path(w.TRACKIO_DIR) / "soak-spool"
@@ -124,11 +133,12 @@ def main() -> None:
                 sys.executable,
                 "-c",
                 WORKER,
-                server.url,
+                server.grpc_url if args.protocol == "grpc" else server.url,
                 str(k),
                 str(args.seconds),
                 str(args.spans_per_second / w.SPANS_PER_SAMPLE / args.workers),
                 here,
+                args.protocol,
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -172,7 +182,8 @@ def main() -> None:
         file=sys.stderr,
     )
     w.write_result(
-        f"11. receiver soak, {args.workers} workers x {args.seconds:g} s over what it stores: "
+        f"11. receiver soak, {args.workers} OTLP/{args.protocol.upper()} workers x "
+        f"{args.seconds:g} s over what it stores: "
         "samples stored / sent",
         f"{stored}/{sent}; p99 {p99:.0f} ms; RSS peak {peak_rss:.0f} MB; spool peak "
         f"{peak_spool:.0f} MB; {spans_per_s:.0f} spans/s stored",

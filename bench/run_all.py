@@ -35,6 +35,7 @@ def plan(full: bool) -> list[tuple[str, list[str]]]:
         ("bench_offload.py", ["--samples", samples, "--async-samples", "2000", "--rounds", "3"]),
         ("bench_shutdown.py", ["--samples", "3000"]),
         ("bench_soak.py", ["--workers", "4", "--seconds", "180" if full else "60"]),
+        ("bench_soak.py", ["--workers", "4", "--seconds", "60", "--protocol", "grpc"]),
         ("bench_spool_fsync.py", ["--appends", "2000" if full else "500"]),
         ("bench_hostile.py", []),
     ]

@@ -99,6 +99,10 @@ process (2 with a log exporter), 5 in the OTLP receiver."""
 OTEL_EXPORTER_TRACKIO_OFFLOAD = "OTEL_EXPORTER_TRACKIO_OFFLOAD"
 """``true``: the span exporter only spools compact records; a writer process logs them."""
 
+OTEL_EXPORTER_TRACKIO_WRITER_MAX_LAG_SECONDS = "OTEL_EXPORTER_TRACKIO_WRITER_MAX_LAG_SECONDS"
+"""With offload, how far behind (seconds) the writer may fall at the lowest CPU priority before it
+takes a normal share to catch up. Default ``30``."""
+
 OTEL_EXPORTER_TRACKIO_SHUTDOWN_TIMEOUT_SECONDS = "OTEL_EXPORTER_TRACKIO_SHUTDOWN_TIMEOUT_SECONDS"
 """With offload, the longest ``shutdown()`` waits for everything spooled to be stored. Default: no
 limit while storing moves on."""

@@ -250,6 +250,10 @@ class TrackioSettings:
             writer process it starts converts them and logs them to Trackio. None (the
             default): the ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable, else on — for
             ``configure()``, the zero-code setup and an exporter built by hand alike.
+        writer_max_lag_seconds: with offload, how far behind (seconds since the oldest spooled
+            entry not yet handed over) the writer may fall at the lowest CPU priority; past it,
+            it takes a normal share until it is back within a quarter of that (Linux autogroup
+            scheduling; elsewhere it warns).
         shutdown_timeout_seconds: with offload, the longest ``shutdown()`` waits for everything
             spooled to be in Trackio (None: as long as storing moves on). A writer that cannot
             keep up (starved, stuck, dead) hands over to one at the exiting process's priority.
@@ -320,6 +324,9 @@ class TrackioSettings:
     )
 
     offload: bool | None = _setting(None, _OPTIONAL_BOOL, env.OTEL_EXPORTER_TRACKIO_OFFLOAD)
+    writer_max_lag_seconds: float = _setting(
+        30.0, _SECONDS, env.OTEL_EXPORTER_TRACKIO_WRITER_MAX_LAG_SECONDS
+    )
     shutdown_timeout_seconds: float | None = _setting(
         None, _OPTIONAL_SECONDS, env.OTEL_EXPORTER_TRACKIO_SHUTDOWN_TIMEOUT_SECONDS
     )

@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from conftest import read_traces, wait_until
 from opentelemetry.sdk.trace import TracerProvider
 from test_spool import _emit, _keys
@@ -208,3 +209,38 @@ def test_drain_with_no_arguments_stores_every_abandoned_spool_in_its_run(project
     wait_until(lambda: len(_stored_keys(trackio_dir, project)) >= len(expected))
     assert _stored_keys(trackio_dir, project) == expected
     assert not abandoned(Path(trackio_dir) / "otel-trackio-spool" / project)
+
+
+def _autogroup_nice(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split("nice")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_a_writer_behind_its_lag_bound_takes_a_normal_share_until_it_caught_up(project, capfd):
+    provider, exporter = _provider(project, "lag", writer_max_lag_seconds=1.0)
+    writer = exporter.offloaded.writer_pid
+    if _autogroup_nice(writer) != 19:
+        provider.shutdown()
+        pytest.skip("no autogroup scheduling on this kernel: the writer cannot catch up by itself")
+    os.kill(writer, signal.SIGSTOP)
+    tracer = provider.get_tracer("t")
+    try:
+        for i in range(50):  # 3 MB in 50 entries: more than one drain cycle takes
+            with tracer.start_as_current_span(
+                "rollout", attributes={"step": 0, "sample_index": i, "output.value": "x" * 60_000}
+            ):
+                pass
+            provider.force_flush()
+        time.sleep(1.5)  # what is spooled waits longer than the bound
+    finally:
+        os.kill(writer, signal.SIGCONT)
+    said: list[str] = []
+    wait_until(
+        lambda: said.append(capfd.readouterr().err) or "takes a normal CPU share" in said[-1],
+        what="the warning",
+    )
+    wait_until(lambda: _autogroup_nice(writer) == 19, what="the lowest priority again")
+    provider.shutdown()
+    assert _keys(read_traces(project, "lag")) == [(0, i) for i in range(50)]

@@ -299,7 +299,7 @@ def test_a_writer_that_does_not_lead_its_session_leaves_the_sessions_priority_al
         from pathlib import Path
         def nice():
             return Path("/proc/self/autogroup").read_text().split()[-1]
-        call = "from otel_trackio._offload.writer import _deprioritise; _deprioritise()"
+        call = "from otel_trackio._offload.priority import deprioritise; deprioritise()"
         subprocess.run([sys.executable, "-c", call], check=True)
         print("after a member:", nice())
         exec(call)

@@ -46,6 +46,7 @@ from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
 from otel_trackio._engine.sink import TrackioSink, join_run
+from otel_trackio._offload.priority import CatchUp, deprioritise
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
     FINISH_FLAG,
@@ -59,34 +60,6 @@ from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_
 from otel_trackio._spool.segments import is_locked, write_atomically
 
 _logger = logging.getLogger("otel_trackio")
-
-NICENESS = 19
-"""The writer's CPU priority once the run is open: the lowest, so that on a machine with no core
-to spare the rollout's threads (and anything else) run first; the spool holds what waits."""
-
-_AUTOGROUP = Path("/proc/self/autogroup")
-"""Linux's autogroup of this process's session (present when the kernel schedules by autogroup,
-``kernel.sched_autogroup_enabled``, the default of most distributions)."""
-
-
-def _deprioritise() -> None:
-    """Take the lowest CPU priority: ``nice`` 19, and the same for this process's autogroup.
-
-    The writer runs in a session of its own (the client starts it with ``start_new_session``:
-    Ctrl-C reaches only the rollout). Under autogroup scheduling the kernel first shares the CPU
-    between sessions' autogroups, each at its group's own nice (0), and only then between the
-    threads inside one by their nice: ``os.nice`` alone ranks the writer below nothing but
-    itself, and it takes a fair share of a busy CPU from the rollout (docs/performance.md, figure
-    13). The autogroup's nice is set only when this process leads its session, so that a writer
-    started by hand from a shell never lowers the shell's session with it.
-    """
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
-    if os.getsid(0) != os.getpid():
-        return
-    with contextlib.suppress(OSError):  # no autogroup (another OS, or disabled): nice suffices
-        _AUTOGROUP.write_text(f"{NICENESS}\n")
-
 
 def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
     """Open or join the run, and say which it is (:data:`OPENED_FILE`, the config)."""
@@ -189,12 +162,19 @@ def _take(
     registry: OpenSampleRegistry,
     fsync: str,
     wait_seconds: float,
+    between_cycles: Callable[[], object],
 ) -> Drainer | None:
     """The spool's drainer, once no other process drains it (None after ``wait_seconds``)."""
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            return Drainer(path, destination, open_roots=registry, fsync=fsync)
+            return Drainer(
+                path,
+                destination,
+                open_roots=registry,
+                fsync=fsync,
+                between_cycles=between_cycles,
+            )
         except RuntimeError:
             if time.monotonic() >= deadline:
                 return None
@@ -223,8 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = config.settings
     registry = OpenSampleRegistry()
     drainer: Drainer | None = None
+    # At the lowest priority, a lag past the bound takes a normal share until caught up.
+    catch_up = CatchUp(
+        settings.writer_max_lag_seconds,
+        lambda: drainer.backlog()[1] if drainer is not None else None,
+    )
+    pace = (lambda: None) if finishing else catch_up
     if not finishing:  # taken first: a spool another process drains is left to it
-        drainer = _take(path, lambda route: own, registry, settings.spool_fsync, 0.0)
+        drainer = _take(path, lambda route: own, registry, settings.spool_fsync, 0.0, pace)
         if drainer is None:
             return 0
     try:
@@ -237,14 +223,16 @@ def main(argv: list[str] | None = None) -> int:
         _logger.error("otel-trackio writer: could not open the Trackio run: %r", exc)
         return OPEN_FAILED
     if drainer is None:  # finishing: the writer this one replaces lets go of the spool meanwhile
-        drainer = _take(path, lambda route: own, registry, settings.spool_fsync, TAKE_SECONDS)
+        drainer = _take(
+            path, lambda route: own, registry, settings.spool_fsync, TAKE_SECONDS, pace
+        )
         if drainer is None:
             sink.release()
             return STOPPED
     if not finishing:
         # The rollout comes first: on a busy machine the writer takes the CPU it leaves. (After
         # opening the run, which the rollout process waits for.)
-        _deprioritise()
+        deprioritise()
     own = build_run_engine(
         settings,
         transport="offload",
