@@ -92,6 +92,8 @@ ACTORS = textwrap.dedent(
     """
     # Ray actors that each call otel_trackio.configure() (offload on by default): every actor's
     # writer process logs into the one run the driver opened.
+    import os
+    import signal
     import sys
     import ray
     import trackio
@@ -103,25 +105,28 @@ ACTORS = textwrap.dedent(
 
     @ray.remote
     class Actor:
-        def rollouts(self, worker):
+        def rollouts(self, worker, ending):
             import otel_trackio
             from otel_trackio import rollout
 
             telemetry = otel_trackio.configure(project, run_name, resume="allow", metrics=False)
-            assert telemetry.span_exporter.offloaded is not None
+            offloaded = telemetry.span_exporter.offloaded
+            assert offloaded is not None
+            if ending == "killed":  # a writer far behind: nothing it was handed is stored yet
+                os.kill(offloaded.writer_pid, signal.SIGSTOP)
             for step in range(2):
                 for i in range(5):
                     with rollout(step, worker * 5 + i) as span:
                         span.set_attribute("reward", float(i % 2))
-            if sys.argv[3] == "shutdown":
+            if ending == "shutdown":
                 telemetry.shutdown()  # everything stored before the result goes back
-            # else: the actor returns with its samples still spooled, and ray.shutdown() below
-            # kills it with its writer
-            return telemetry.span_exporter.offloaded.writer_pid
+            else:  # acknowledged (in the spool), not stored: ray.shutdown() kills actor and writer
+                telemetry.tracer_provider.force_flush()
+            return offloaded.writer_pid
 
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
     actors = [Actor.remote() for _ in range(2)]
-    pids = ray.get([a.rollouts.remote(k) for k, a in enumerate(actors)])
+    pids = ray.get([a.rollouts.remote(k, sys.argv[3]) for k, a in enumerate(actors)])
     ray.shutdown()
     print("writer pids:", " ".join(str(p) for p in pids), flush=True)
     """
@@ -152,9 +157,12 @@ def test_offload_inside_ray_actors_logs_into_one_run(project, trackio_dir, endin
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("writer pids:")]
     writers = [int(p) for p in line.split(":", 1)[1].split()]
-    if ending == "killed":  # the next start of anything for the project
+    if ending == "killed":  # the next start of anything for the project, once Ray is done
         from otel_trackio import TrackioSpanExporter
+        from otel_trackio._offload.writer import abandoned
 
+        left = Path(trackio_dir) / "otel-trackio-spool" / project
+        wait_until(lambda: len(abandoned(left)) == 2, what="both actors' spools let go")
         TrackioSpanExporter(project, "next", offload=True).shutdown()
         wait_until(lambda: len(read_traces(project, "actors")) >= 20, what="the actors' samples")
     wait_until(lambda: all(not Path(f"/proc/{pid}").exists() for pid in writers))  # none left
