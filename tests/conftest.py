@@ -7,6 +7,7 @@ apart by using unique project names (the ``project`` fixture).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import uuid
 
@@ -165,6 +166,11 @@ def trace_id(trace: dict) -> str:
 def read_logs(project: str, run: str | None = None) -> list[dict]:
     """Every metrics log row stored for a project (and run)."""
     return SQLiteStorage.get_logs(project, run)
+
+
+SERVE = [sys.executable, "-m", "otel_trackio", "serve", "--summary-seconds", "0"]
+SERVE += ["--port", "0", "--grpc-port", "0"]
+"""``otel-trackio serve`` on free ports (both protocols), quiet; add ``--project`` and the rest."""
 
 
 def run_python(script: str, trackio_dir: str, **env: str):

@@ -79,16 +79,10 @@ def _raw_call(endpoint: str, payload: bytes, metadata=()) -> grpc.RpcError | byt
 
 
 def _request(step: int, samples: int) -> bytes:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("t")
-    for i in range(samples):
-        with tracer.start_as_current_span("rollout", attributes={"step": step, "sample_index": i}):
-            pass
+    """A serialised ExportTraceServiceRequest of ``samples`` one-span samples at ``step``."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    return encode_spans(memory.get_finished_spans()).SerializeToString()
+    return encode_spans(_spans_of(step, samples)).SerializeToString()
 
 
 def test_the_official_grpc_exporters_store_whole_samples_metrics_and_log_events(

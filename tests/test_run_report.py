@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import requests
-from conftest import read_traces, run_python
+from conftest import SERVE, read_traces, run_python
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from test_spool import _finished_spans
 from trackio.sqlite_storage import SQLiteStorage
@@ -182,19 +182,6 @@ def test_show_command_names_the_folder_written_to(tmp_path):
 
 
 # -- the receiver: fresh runs, resumed only to finish a spool, nothing left behind -------------
-
-SERVE = [
-    sys.executable,
-    "-m",
-    "otel_trackio",
-    "serve",
-    "--port",
-    "0",
-    "--grpc-port",
-    "0",
-    "--summary-seconds",
-    "0",
-]
 
 
 def _serve(project: str, trackio_dir: str, spool: Path, *args: str):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import read_traces, wait_until
+from conftest import SERVE, read_traces, wait_until
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -511,20 +511,6 @@ def test_receiver_answers_before_trackio_and_a_full_spool_gets_503_then_retries_
     stored = {t["metadata"]["sample_index"] for t in read_traces(project, "busy")}
     accepted = {4 * k + j for k, code in enumerate(codes) if code == 200 for j in range(4)}
     assert stored == accepted | {500, 501, 502}
-
-
-SERVE = [
-    sys.executable,
-    "-m",
-    "otel_trackio",
-    "serve",
-    "--port",
-    "0",
-    "--grpc-port",
-    "0",
-    "--summary-seconds",
-    "0",
-]
 
 
 def _serve(project: str, trackio_dir: str, *args: str) -> tuple[subprocess.Popen, str]:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_logs, read_traces
+from conftest import SERVE, read_logs, read_traces
 from fault_tally import tally
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
@@ -49,18 +49,6 @@ from otel_trackio._spool import segments as spool_segments
 from otel_trackio._spool.segments import HEADER, MAGIC, load_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
-SERVE = [
-    sys.executable,
-    "-m",
-    "otel_trackio",
-    "serve",
-    "--port",
-    "0",
-    "--grpc-port",
-    "0",
-    "--summary-seconds",
-    "0",
-]
 SETPRIV = shutil.which("setpriv")
 
 
