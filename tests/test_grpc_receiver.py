@@ -374,3 +374,28 @@ def test_the_otel_js_sdks_grpc_exporter_stores_whole_samples(project, start_rece
         t["messages"][0]["content"] == f"js q{t['metadata']['sample_index']}" for t in traces
     )
     assert all(len(t["spans"]) == 2 for t in traces)
+
+
+def test_spans_with_bad_ids_come_back_as_partial_success_over_grpc(project, start_receiver):
+    receiver = start_receiver(name="partial")
+    request = trace_service_pb2.ExportTraceServiceRequest.FromString(_request(0, 3))
+    request.resource_spans[0].scope_spans[0].spans[0].trace_id = b"\0" * 16  # invalid
+    answer = _raw_call(receiver.grpc_endpoint, request.SerializeToString())
+    assert isinstance(answer, bytes)
+    response = trace_service_pb2.ExportTraceServiceResponse.FromString(answer)
+    assert response.partial_success.rejected_spans == 1
+    assert "trace_id" in response.partial_success.error_message
+    receiver.stop()
+    assert len(read_traces(project, "partial")) == 2
+
+
+def test_a_receiver_that_received_nothing_says_where_to_point_the_exporters(project):
+    from otel_trackio.receiver import OTLPReceiver
+
+    said: list[str] = []
+    receiver = OTLPReceiver(
+        project, "idle", port=0, grpc_port=0, summary_interval=0, report=said.append
+    ).start()
+    receiver.stop()
+    (line,) = [line for line in said if "nothing arrived" in line]
+    assert receiver.url in line and f"{receiver.grpc_endpoint} (gRPC)" in line
