@@ -664,3 +664,29 @@ def test_a_damaged_metric_memory_is_ignored_and_an_unwritable_one_counted(
     exporter.shutdown()
     assert keeper.failed_saves == 2
     assert caplog.text.count("may be counted twice") == 1
+
+
+def test_a_drainer_taking_over_after_the_close_was_handed_over_knows_the_producer_is_done(
+    tmp_path,
+):
+    """A writer replaced at shutdown after it had handed the close over: its successor never
+    sees the close entry again, and must still stop once everything is drained."""
+    from otel_trackio._spool.drain import Drainer
+
+    producer = Producer(tmp_path, 1 << 20)
+    producer.append(codec.SPANS, codec.encode_records([]))
+    producer.append(codec.CLOSE, b"")
+    first = Drainer(tmp_path, lambda route: None)
+    first.run(threading.Event())  # returns once the close is handed over
+    assert first.producer_closed
+    first.close()
+    second = Drainer(tmp_path, lambda route: None)
+    assert second.producer_closed
+    done = threading.Event()
+    stop = threading.Event()
+    threading.Thread(target=lambda: (second.run(stop), done.set()), daemon=True).start()
+    finished = done.wait(10)  # it stops: the producer is done, nothing is left
+    stop.set()
+    assert finished
+    second.close()
+    producer.close()

@@ -451,13 +451,12 @@ class OffloadClient:
         with self._lock:
             self._flushes += 1
             number = self._flushes
-        with contextlib.suppress(SpoolFull, OSError, RuntimeError):
-            self.producer.append(
-                codec.FLUSH, codec.encode_flush(number, OPEN_SAMPLES.snapshot(), open_spans)
-            )
-            self.producer.append(codec.CLOSE, b"")
+        close = [
+            (codec.FLUSH, codec.encode_flush(number, OPEN_SAMPLES.snapshot(), open_spans)),
+            (codec.CLOSE, b""),
+        ]
         started = time.monotonic()
-        drained = self._finish(number, timeout_seconds)
+        drained = self._finish(number, timeout_seconds, close)
         self._closing = True
         if drained:  # the writer's last counters, before the spool (all in Trackio) goes
             self._final = load_checkpoint(self.path)
@@ -470,9 +469,14 @@ class OffloadClient:
         if drained:  # all in Trackio: no spool (nor empty run folders) left behind
             remove_spool(self.path, spool_root(self.settings))
 
-    def _finish(self, flush_number: int, timeout_seconds: float | None) -> bool:
-        """Wait until the writer served the shutdown's flush and exited; replace a writer that
-        does not keep up. False when the wait ended first (see :meth:`shutdown`)."""
+    def _finish(
+        self, flush_number: int, timeout_seconds: float | None, close: list[tuple[int, bytes]]
+    ) -> bool:
+        """Append ``close`` (the shutdown's flush, then the close: while the spool is full, again
+        as the writer makes room), wait until the writer served it and exited; replace a writer
+        that does not keep up. False when the wait ended first, or the spool cannot be written
+        (see :meth:`shutdown`)."""
+        closing: list[tuple[int, bytes]] | None = close
         started = time.monotonic()
         deadline = None if timeout_seconds is None else started + max(0.0, timeout_seconds)
         watch = WriterWatch(self.writer_pid, self._progress())
@@ -480,7 +484,16 @@ class OffloadClient:
         finishers = 0
         moved_at, last = started, self._progress()
         pause = 0.002
-        while not self._writer_done():
+        while closing is not None or not self._writer_done():
+            if closing is not None:
+                try:
+                    self.producer.append_all(closing)
+                    closing = None
+                except SpoolFull:
+                    pass  # the writer makes room: appended once it has
+                except (OSError, RuntimeError) as exc:
+                    self._warn("close", f"could not ask the writer to finish: {exc!r}")
+                    return False
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return False

@@ -16,8 +16,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 
-STUCK_SECONDS = 5.0
-"""No progress at all for this long, with entries waiting: the writer is stuck (stopped, hung)."""
+STUCK_SECONDS = 15.0
+"""No progress at all for this long, with entries waiting: the writer is stuck (hung). Longer than
+Trackio's own lock timeout (10 s), which a healthy writer may wait out."""
 WINDOW_SECONDS = 0.5
 """How long the writer's CPU time is watched before it is judged starved."""
 

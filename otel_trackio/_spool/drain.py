@@ -217,7 +217,9 @@ class Drainer:
         self._last_checkpoint = 0.0
         self._replayed: set[int] = set()  # span ids of entries a previous drainer handed over
         self.stats = DrainStats()
-        self.producer_closed = False
+        # The producer closed the spool: seen here, or by an earlier drainer (a writer replaced
+        # at shutdown after its predecessor had handed the close over).
+        self.producer_closed = checkpoint.closed
         self._warn = Warnings(every_seconds=10.0)
         # Why the drain cannot move on now (a write or checkpoint failing), and since when.
         self.stalled: str | None = None
@@ -445,6 +447,7 @@ class Drainer:
             inflight=inflight,
             flushed=self.flushed,
             stats=stats,
+            closed=self.producer_closed,
         )
         self._last_checkpoint = time.monotonic()
         if checkpoint == self._saved:

@@ -106,6 +106,8 @@ class Checkpoint:
     ``inflight``: a drain cycle in progress up to here — after a crash, samples completed while
     replaying entries before it may already be in Trackio and are checked first. ``flushed``: the
     last flush request served. ``stats``: the drainer's counters, for the producer to show.
+    ``closed``: the producer's close entry was handed over (a drainer taking over after that
+    knows the producer is done; it will not see the entry again).
     """
 
     oldest: Position = Position(0, 0)
@@ -113,6 +115,7 @@ class Checkpoint:
     inflight: Position | None = None
     flushed: int = 0
     stats: dict[str, Any] = field(default_factory=dict)
+    closed: bool = False
 
     def to_json(self) -> str:
         """The checkpoint as a JSON document (positions as ``[seq, offset]``)."""
@@ -125,6 +128,7 @@ class Checkpoint:
                 else [self.inflight.seq, self.inflight.offset],
                 "flushed": self.flushed,
                 "stats": self.stats,
+                "closed": self.closed,
             }
         )
 
@@ -139,6 +143,7 @@ class Checkpoint:
             inflight=None if inflight is None else Position(*inflight),
             flushed=int(data.get("flushed", 0)),
             stats=dict(data.get("stats") or {}),
+            closed=bool(data.get("closed", False)),
         )
 
 
