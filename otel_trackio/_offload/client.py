@@ -11,8 +11,9 @@ opens the run, reports it, and drains the spool into it; metrics go the same way
   being killed, not a power loss). FAILURE when the spool is at its bound or cannot be written.
 - ``force_flush()`` True: everything handed over before it is durable in Trackio (open samples
   logged as partial, as in process), within the timeout.
-- ``shutdown()``: asks the writer to drain everything and stop, waits up to its timeout; what is
-  left stays in the spool and the next writer of the same run finishes it.
+- ``shutdown()``: asks the writer to drain everything and stop, and returns once all of it is in
+  Trackio (a writer that does not keep up hands over to one at this process's priority), or at
+  ``shutdown_timeout_seconds``; what is left then stays spooled for the next start.
 - A writer that died is started again by a call (an export looks at most every 0.25 s); a
   rollout process that died leaves a writer that drains what was spooled, logs the open samples
   as partial and exits.
@@ -509,7 +510,8 @@ class OffloadClient:
             if process.poll() is not None:
                 why = f"it exited ({process.returncode})"
             elif not self._finishing:
-                why = watch.look(progress, self._flushed() < flush_number)
+                served = progress[1] if progress else 0  # the last flush the writer served
+                why = watch.look(progress, served < flush_number)
                 if why is not None and watch.only_slow and self.backlog() < HANDOVER_BYTES:
                     why = None  # a short tail: the writer finishes it sooner than a new one
             if why is not None:

@@ -15,8 +15,8 @@ the run engine's metric path), and stops:
   as partial (they will never end), then it exits — no orphan process;
 - on SIGTERM: after the current cycle, leaving the rest in the spool for the next start.
 
-At start it also drains spools of the same run left behind by writers that died with their
-rollout process (abandoned: no producer, no drainer), so "the next start finishes it".
+At start it also starts a writer for each spool of the project left behind by writers killed with
+their rollout process (abandoned: no producer, no drainer), each into the run its spool records.
 """
 
 from __future__ import annotations
