@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
+from otel_trackio._codec import spool as codec
 from otel_trackio._spool import segments as spool_segments
 from otel_trackio._spool.segments import HEADER, MAGIC, load_checkpoint
 
@@ -601,6 +602,69 @@ def test_a_replay_that_groups_spans_differently_logs_nothing_twice(project, fres
     stored = Stored(_stored_rows(project, "r", fresh_dir))
     _check("regrouped", {(0, 3)}, stored, spans_each=3)
     assert stored.counts[(0, 3)] == 1
+
+
+@pytest.mark.parametrize("replayed", ["from the last checkpoint", "from an open span before"])
+def test_samples_stored_after_the_last_checkpoint_are_counted_by_the_drainer_that_takes_over(
+    project, tmp_path, monkeypatch, replayed
+):
+    """A drainer killed after a write to storage but before the checkpoint that counts it: the
+    next one finds those samples stored (logs none twice) and the run's counters say every
+    sample once — also when the replay goes back past samples the checkpoint counted (a span
+    waiting for its root keeps the entries since for a replay)."""
+    from otel_trackio._engine.run import build_run_engine
+    from otel_trackio._spool import drain
+    from otel_trackio._spool.segments import Producer
+    from otel_trackio.settings import TrackioSettings
+
+    spool = tmp_path / "spool"
+    producer = Producer(spool, 1 << 24)
+    settings = TrackioSettings(project=project, name="r", sample_grace_seconds=0)
+    first_engine = build_run_engine(settings, transport="offload")
+    first = drain.Drainer(spool, lambda route: first_engine)
+    if replayed != "from the last checkpoint":
+        producer.append(codec.SPANS, codec.encode_sdk_spans(_orphan_child()))
+
+    def stored_in(engine: Any, drainer: drain.Drainer, step: int) -> None:
+        producer.append(codec.SPANS, codec.encode_sdk_spans(_spans(step, range(10))))
+        while drainer.cycle():
+            pass
+        # Whole samples without a grace period: in Trackio's storage, counted, as add returns.
+        assert len(_stored_rows(project, "r")) == 10 * (step + 1)
+
+    stored_in(first_engine, first, 0)
+    first._save()
+    real_save = drain.save_checkpoint
+    # From now on the drainer dies before each checkpoint after a cycle: only the in-flight
+    # marks reach the disk.
+    monkeypatch.setattr(
+        drain,
+        "save_checkpoint",
+        lambda path, checkpoint, fsync: checkpoint.inflight is not None
+        and real_save(path, checkpoint, fsync=fsync),
+    )
+    stored_in(first_engine, first, 1)
+    stored_in(first_engine, first, 2)
+    monkeypatch.setattr(drain, "save_checkpoint", real_save)
+    first._lock.release()  # killed: no close, no final checkpoint
+
+    second_engine = build_run_engine(settings, transport="offload", sink=first_engine.spans.sink)
+    second = drain.Drainer(spool, lambda route: second_engine)
+    producer.append(codec.SPANS, codec.encode_sdk_spans(_spans(3, range(10))))
+    while second.cycle():
+        pass
+    assert second_engine.spans.flush()
+    second.close()
+    counted = load_checkpoint(spool).stats  # type: ignore[union-attr]
+    stored = Stored(_stored_rows(project, "r"))
+    _check("checkpoint", {(s, i) for s in range(4) for i in range(10)}, stored)
+    orphan = replayed != "from the last checkpoint"  # logged at the end, partial
+    assert counted["samples_logged"] == 40 + orphan, counted
+    assert counted["step_ranges"] == [[0, 3]]
+    # Found stored again by the replay, counted by the first drainer: steps 0 and 1.
+    assert counted["already_stored"] == 20 * orphan
+    second_engine.spans.close(flush=False)
+    first_engine.shutdown()
 
 
 # -- a timed-out write to storage ----------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol, TypeVar
 
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.records import LogEventRecord, SpanRecord
@@ -36,6 +37,20 @@ from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._engine.writes import WriteLedger
 from otel_trackio.settings import TrackioSettings
+
+T = TypeVar("T")
+
+
+class StoredCheck(Protocol):
+    """A spool drainer's check of released samples against Trackio's storage (see
+    :class:`~otel_trackio._spool.replay.ReplayCheck`); called with the pipeline held."""
+
+    def __call__(self, sample: Sample) -> Sample | None:
+        """The sample to log (maybe only its spans not stored yet), or None when it is stored
+        already."""
+
+    def accounted(self, samples: Iterable[Sample]) -> None:
+        """These samples are now in storage and counted as logged."""
 
 
 class TracePipeline:
@@ -89,17 +104,31 @@ class TracePipeline:
             expire=self.expire,
             clock=clock,
         )
-        # A spool drainer's check of replayed samples against Trackio's storage: the sample
-        # to log (maybe only its spans not stored yet), or None when it is stored already.
-        self.stored_filter: Callable[[Sample], Sample | None] | None = None
+        # A spool drainer's check of replayed samples against Trackio's storage (see
+        # StoredCheck).
+        self.stored_filter: StoredCheck | None = None
         self._warn = Warnings(every_seconds=10.0)
         self._convert = Converter(settings, self.stats, self._warn)
-        self._writes = WriteLedger(settings, sink, self.stats, self._warn, self._convert)
+        self._writes = WriteLedger(
+            settings, sink, self.stats, self._warn, self._convert, written=self._written
+        )
         self.write_timeout_seconds = 30.0
         self._outcomes = OutcomeTables(settings, sink, self._warn)
         self.tables = self._outcomes.tables  # each step's outcome rows, until it is over
         # The steps Traces were logged at (for the summary's "steps covered").
         self._steps_logged: set[int] = set()
+
+    def _written(self, samples: list[Sample]) -> None:
+        if self.stored_filter is not None:
+            self.stored_filter.accounted(samples)
+
+    def read_locked(self, read: Callable[[], T]) -> T:
+        """``read()`` with the pipeline held: what it reads is consistent with the counters."""
+        self._lock.acquire()
+        try:
+            return read()
+        finally:
+            self._unlock()
 
     @property
     def logged_steps(self) -> frozenset[int]:

@@ -47,8 +47,11 @@ class WriteLedger:
         stats: ExportStats,
         warn: Warnings,
         convert: Callable[[Sample], TraceDict],
+        *,
+        written: Callable[[list[Sample]], None] = lambda samples: None,
     ) -> None:
         self._settings = settings
+        self._written = written  # told of the samples each successful write stored
         self._sink = sink
         self._stats = stats
         self._warn = warn
@@ -94,6 +97,7 @@ class WriteLedger:
             self._log_again = False
             self._stats.samples_logged += len(written)
             self._stats.partial_samples += sum(1 for u in written if u.sample.identity.partial)
+            self._written([kept.sample for kept in written])
             if self.failing_since is not None:
                 _logger.warning(
                     "otel-trackio: Trackio's storage takes writes again after %.0f s; "

@@ -21,15 +21,17 @@ unreadable) is checked against Trackio's storage by span id when it is released,
 is: only its spans not stored yet are logged (as a continuation when some were). So is every
 sample whose step had Traces in storage when the drainer began: a client that sends a request
 again after the receiver was killed before answering it finds its first copy stored. So nothing
-is lost and nothing is logged twice.
+is lost and nothing is logged twice. The checkpoint's counters go on across drainers, the samples
+a killed drainer stored after its last checkpoint included (:mod:`.replay`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +39,12 @@ from typing import Protocol
 
 from otel_trackio._codec import spool as codec
 from otel_trackio._codec.routes import NO_ROUTE, Route
-from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
-from otel_trackio._engine.sink import stored_span_ids, stored_steps
 from otel_trackio._engine.stats import ExportStats, step_ranges, steps_in
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool.metric_memory import MetricMemory
+from otel_trackio._spool.replay import REPLAYABLE_KEY, ReplayCheck, ReplayCounts
 from otel_trackio._spool.segments import (
     FSYNC_POLICIES,
     Checkpoint,
@@ -79,55 +80,6 @@ class Destination(Protocol):
 
     def export_metrics(self, request: bytes) -> None:
         """Log a serialised OTLP metrics request."""
-
-
-class AlreadyStored:
-    """Which spans of a released sample are in Trackio's storage already, put there by a
-    process before this one: a drainer that crashed, or a receiver killed after it stored a
-    request whose response its client never got (the client sends it again).
-
-    Asked for every sample a pipeline releases (installed for the drainer's life). A sample is
-    looked up by span id in the storage of its step (read once per step, a few steps kept) when
-    it holds a span of a replayed entry, or when its step had Traces in storage as this
-    drainer began (read once, at the first sample): only its spans not stored are logged (a
-    continuation when some were). What this process logs itself never needs it — the
-    assembler knows those spans (see :class:`~otel_trackio._core.assembly.SampleAssembler`) —
-    so samples of new steps pass untouched, without a read.
-    """
-
-    _STEPS_KEPT = 8
-
-    def __init__(self, pipeline: TracePipeline, replayed: set[int]) -> None:
-        self._pipeline = pipeline
-        self._replayed = replayed  # span ids of replayed entries, shared by a drainer's routes
-        self._steps_before: set[int] | None = None  # steps with Traces as this drainer began
-        self._by_step: OrderedDict[int, set[str]] = OrderedDict()
-
-    def __call__(self, sample: Sample) -> Sample | None:
-        step = sample.identity.step
-        replayed = bool(self._replayed) and any(s.span_id in self._replayed for s in sample.spans)
-        if not replayed and step not in self._stored_before():
-            return sample
-        stored = self._by_step.get(step)
-        if stored is None:
-            pipeline = self._pipeline
-            stored = stored_span_ids(pipeline.sink, pipeline.settings.key, step)
-            if stored is None:
-                return sample  # unreadable: a duplicate beats a loss
-            self._by_step[step] = stored
-            while len(self._by_step) > self._STEPS_KEPT:
-                self._by_step.popitem(last=False)
-        else:
-            self._by_step.move_to_end(step)
-        if replayed:
-            for span in sample.spans:
-                self._replayed.discard(span.span_id)
-        return missing_spans(sample, stored)
-
-    def _stored_before(self) -> set[int]:
-        if self._steps_before is None:
-            self._steps_before = stored_steps(self._pipeline.sink)
-        return self._steps_before or set()
 
 
 @dataclass(slots=True)
@@ -408,7 +360,9 @@ class Drainer:
     def _track(self, pipeline: TracePipeline) -> None:
         if pipeline not in self._pipelines:
             self._pipelines.append(pipeline)
-            pipeline.stored_filter = AlreadyStored(pipeline, self._replayed)
+            pipeline.stored_filter = ReplayCheck(
+                pipeline, self._replayed, lambda record: self._origin.get(id(record))
+            )
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -426,15 +380,23 @@ class Drainer:
     def _save(self, inflight: Position | None = None) -> None:
         oldest = min(self.oldest_open(), self.position)
         carried = self._carried
-        totals = ExportStats.total(
-            [ExportStats.from_dict(carried), *(p.stats for p in self._pipelines)]
-        )
+        own = [self._counts(pipeline, oldest) for pipeline in self._pipelines]
+        totals = ExportStats.total([ExportStats.from_dict(carried), *(s for s, _ in own)])
         steps = self._carried_steps.union(*(p.logged_steps for p in self._pipelines))
+        # Replayed samples found stored beyond those the carried counters count were stored by
+        # the drainer before this one after its last checkpoint (see replay.py).
+        found = sum(c.found_stored for _, c in own)
+        uncounted = max(0, found - int(carried.get(REPLAYABLE_KEY) or 0))
+        if uncounted:
+            totals.samples_logged += uncounted
+            totals.already_stored = max(0, totals.already_stored - uncounted)
+            steps = steps.union(*(c.found_steps for _, c in own))
         totals.steps_from(steps)
         stats = {
             # Every counter of the pipelines, by name (the producer reads them back whole),
             # with those of earlier drainers of this spool.
             **totals.as_dict(),
+            REPLAYABLE_KEY: sum(c.replayable for _, c in own),
             "step_ranges": step_ranges(steps),
             "entries": int(carried.get("entries") or 0) + self.stats.entries,
             "spans": int(carried.get("spans") or 0) + self.stats.spans,
@@ -461,6 +423,17 @@ class Drainer:
         if inflight is None and oldest != self._saved_oldest:
             delete_before(self.path, oldest.seq)
             self._saved_oldest = oldest
+
+    @staticmethod
+    def _counts(pipeline: TracePipeline, oldest: Position) -> tuple[ExportStats, ReplayCounts]:
+        """A pipeline's counters and what its replay check saw, read together."""
+        check = pipeline.stored_filter
+
+        def read() -> tuple[ExportStats, ReplayCounts]:
+            counts = check.counts(oldest) if isinstance(check, ReplayCheck) else ReplayCounts(0, 0)
+            return dataclasses.replace(pipeline.stats), counts
+
+        return pipeline.read_locked(read)
 
     def checkpoint_if_due(self, every_seconds: float = 0.5) -> None:
         """Checkpoint while idle too: samples logged by the pipelines' timers free segments.
