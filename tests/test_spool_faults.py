@@ -14,8 +14,10 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import math
 import os
+import pickle
 import shutil
 import signal
 import stat
@@ -665,6 +667,50 @@ def test_samples_stored_after_the_last_checkpoint_are_counted_by_the_drainer_tha
     assert counted["already_stored"] == 20 * orphan
     second_engine.spans.close(flush=False)
     first_engine.shutdown()
+
+
+class _RunsCode:
+    """What a hostile spool entry would hold: reading a plain pickle of it runs a command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_spool_entry_that_would_run_code_is_skipped_counted_and_the_drain_goes_on(
+    project, tmp_path, caplog
+):
+    from otel_trackio._engine.run import build_run_engine
+    from otel_trackio._offload.protocol import decode_config
+    from otel_trackio._spool.drain import Drainer
+    from otel_trackio._spool.segments import Producer
+    from otel_trackio.settings import TrackioSettings
+
+    marker = tmp_path / "ran"
+    spool = tmp_path / "spool"
+    producer = Producer(spool, 1 << 24)
+    hostile = pickle.dumps(((None, None), {}, [_RunsCode(marker)]))
+    producer.append(codec.SPANS, hostile)
+    producer.append(codec.SPANS, codec.encode_sdk_spans(_spans(0, range(3))))
+    engine = build_run_engine(
+        TrackioSettings(project=project, name="r", sample_grace_seconds=0), transport="offload"
+    )
+    drainer = Drainer(spool, lambda route: engine)
+    with caplog.at_level(logging.WARNING, logger="otel_trackio"):
+        while drainer.cycle():
+            pass
+    drainer.close()
+    engine.shutdown()
+    assert not marker.exists()
+    assert drainer.stats.unreadable_entries == 1
+    assert "a spool entry in" in caplog.text and "posix.system" in caplog.text
+    _check("unreadable", {(0, i) for i in range(3)}, Stored(_stored_rows(project, "r")))
+    # The writer's config is read the same way.
+    with pytest.raises(ValueError, match=r"posix\.system"):
+        decode_config(pickle.dumps(_RunsCode(marker)))
+    assert not marker.exists()
 
 
 # -- a timed-out write to storage ----------------------------------------------------------------

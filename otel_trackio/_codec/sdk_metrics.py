@@ -11,14 +11,46 @@ along, for points without a ``step`` attribute.
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import MetricsData, ResourceMetrics, ScopeMetrics
+from opentelemetry.sdk.metrics import Exemplar
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Buckets,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-_PROTOCOL = pickle.HIGHEST_PROTOCOL
+from otel_trackio._codec.safe_pickle import dumps, loads
+
+_POINT_CLASSES = frozenset(
+    (cls.__module__, cls.__qualname__)
+    for cls in (
+        AggregationTemporality,
+        Buckets,
+        Exemplar,
+        ExponentialHistogram,
+        ExponentialHistogramDataPoint,
+        Gauge,
+        Histogram,
+        HistogramDataPoint,
+        Metric,
+        NumberDataPoint,
+        Sum,
+    )
+)
+"""The SDK's data classes a metrics payload may hold (read back by :mod:`.safe_pickle`)."""
 
 
 def encode_sdk_metrics(data: MetricsData, latest_step: int | None = None) -> bytes:
@@ -32,12 +64,12 @@ def encode_sdk_metrics(data: MetricsData, latest_step: int | None = None) -> byt
         )
         for rm in data.resource_metrics
     ]
-    return pickle.dumps((latest_step, resources), _PROTOCOL)
+    return dumps((latest_step, resources))
 
 
 def decode_sdk_metrics(payload: bytes) -> tuple[int | None, MetricsData]:
     """What :func:`encode_sdk_metrics` made: (the producer's latest step, the metrics)."""
-    latest_step, resources = pickle.loads(payload)
+    latest_step, resources = loads(payload, _POINT_CLASSES)
     return latest_step, MetricsData(
         resource_metrics=[
             ResourceMetrics(

@@ -1,10 +1,11 @@
 """Records ↔ spool entry bytes: what an entry holds, and the lean encoding that keeps the rollout
 process cheap.
 
-An entry is a kind byte and a pickled payload. Spans travel as plain rows (:mod:`.rows`) read
-straight from the SDK's span and laid end to end in one list (:func:`.sdk.extend_rows`: no
-object to build per span in the producer, about 2 µs per GenAI span with the pickling), with
-each resource's attributes sent once per entry.
+An entry is a kind byte and a pickled payload, read back by :mod:`.safe_pickle` (plain data and
+this package's records only: an entry cannot run code when it is read). Spans travel as plain
+rows (:mod:`.rows`) read straight from the SDK's span and laid end to end in one list
+(:func:`.sdk.extend_rows`: no object to build per span in the producer, about 2 µs per GenAI
+span with the pickling), with each resource's attributes sent once per entry.
 
 Kinds: :data:`SPANS` (a batch of spans, optionally with a route), :data:`EVENTS` (GenAI log
 events, which join their spans), :data:`METRICS` (a route and a serialised OTLP
@@ -17,7 +18,6 @@ without a step take it), :data:`CLOSE` (the producer is done: drain and stop).
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +26,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_trackio._codec.routes import NO_ROUTE, Route
 from otel_trackio._codec.rows import RESOURCE_KEY, record_from_row, rows_of
+from otel_trackio._codec.safe_pickle import dumps as _dumps
+from otel_trackio._codec.safe_pickle import loads
 from otel_trackio._codec.sdk import extend_rows
 from otel_trackio._codec.tables import KIND_CODES, STATUS_CODES
 from otel_trackio._core.records import LogEventRecord, SpanRecord
@@ -39,7 +41,20 @@ EXPECT_LOGS = 12
 OPEN_SPANS = 13
 STEP = 14
 
-_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+_RECORDS = frozenset(
+    {
+        ("otel_trackio._core.records", "LogEventRecord"),
+        ("otel_trackio._core.records", "EventRecord"),
+        ("otel_trackio._core.records", "SpanRecord"),
+    }
+)
+"""The classes a spool entry may hold (the rest is plain data)."""
+
+
+def _loads(payload: bytes) -> Any:
+    return loads(payload, _RECORDS)
 
 
 def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = NO_ROUTE) -> bytes:
@@ -48,7 +63,7 @@ def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = NO_ROUTE) -> 
     resources: dict[int, Mapping[str, Any]] = {}
     flat: list[Any] = []
     extend_rows(spans, flat, resources)
-    return pickle.dumps((route, resources, flat), _PROTOCOL)
+    return _dumps((route, resources, flat))
 
 
 class SpanChunk:
@@ -71,7 +86,7 @@ class SpanChunk:
 
     def payload(self, route: Route = NO_ROUTE) -> bytes:
         """The chunk's spans as one :data:`SPANS` payload."""
-        return pickle.dumps((route, self._resources, self._flat), _PROTOCOL)
+        return _dumps((route, self._resources, self._flat))
 
 
 def encode_records(records: Sequence[SpanRecord], route: Route = NO_ROUTE) -> bytes:
@@ -100,12 +115,12 @@ def encode_records(records: Sequence[SpanRecord], route: Route = NO_ROUTE) -> by
                 r.scope,
             )
         )
-    return pickle.dumps((route, resources, flat), _PROTOCOL)
+    return _dumps((route, resources, flat))
 
 
 def decode_spans(payload: bytes) -> tuple[Route, list[SpanRecord]]:
     """A :data:`SPANS` payload back as (route, span records)."""
-    route, resources, flat = pickle.loads(payload)
+    route, resources, flat = _loads(payload)
     empty: Mapping[str, Any] = {}
     return route, [
         record_from_row(row, resources.get(row[RESOURCE_KEY]) or empty) for row in rows_of(flat)
@@ -114,23 +129,23 @@ def decode_spans(payload: bytes) -> tuple[Route, list[SpanRecord]]:
 
 def encode_events(events: Sequence[LogEventRecord], route: Route = NO_ROUTE) -> bytes:
     """GenAI log events as one :data:`EVENTS` payload."""
-    return pickle.dumps((route, list(events)), _PROTOCOL)
+    return _dumps((route, list(events)))
 
 
 def decode_events(payload: bytes) -> tuple[Route, list[LogEventRecord]]:
     """An :data:`EVENTS` payload back as (route, log events)."""
-    route, events = pickle.loads(payload)
+    route, events = _loads(payload)
     return route, list(events)
 
 
 def encode_metrics(route: Route, request: bytes) -> bytes:
     """A route and a serialised OTLP metrics request as one :data:`METRICS` payload."""
-    return pickle.dumps((route, request), _PROTOCOL)
+    return _dumps((route, request))
 
 
 def decode_metrics(payload: bytes) -> tuple[Route, bytes]:
     """A :data:`METRICS` payload back as (route, serialised request)."""
-    route, request = pickle.loads(payload)
+    route, request = _loads(payload)
     return route, request
 
 
@@ -144,12 +159,12 @@ def encode_flush(
     """A :data:`FLUSH` request numbered ``number``, with the producer's open sample roots (so
     samples logged early as partial keep their identity) and its spans still open (unfinished
     records, shown in their samples)."""
-    return pickle.dumps((number, open_roots or {}, list(open_spans)), _PROTOCOL)
+    return _dumps((number, open_roots or {}, list(open_spans)))
 
 
 def decode_flush(payload: bytes) -> FlushRequest:
     """What a :data:`FLUSH` request carries (one of a producer without open spans too)."""
-    number, open_roots, *rest = pickle.loads(payload)
+    number, open_roots, *rest = _loads(payload)
     return FlushRequest(int(number), dict(open_roots), list(rest[0]) if rest else [])
 
 
@@ -169,12 +184,12 @@ def decode_step(payload: bytes) -> int | None:
 def encode_open_spans(open_spans: Sequence[SpanRecord]) -> bytes:
     """An :data:`OPEN_SPANS` report: the producer's spans open long (unfinished records ending
     at the report), every one of each trace concerned; it replaces the report before it."""
-    return pickle.dumps(list(open_spans), _PROTOCOL)
+    return _dumps(list(open_spans))
 
 
 def decode_open_spans(payload: bytes) -> list[SpanRecord]:
     """An :data:`OPEN_SPANS` payload back as its records."""
-    return list(pickle.loads(payload))
+    return list(_loads(payload))
 
 
 @dataclass(frozen=True, slots=True)

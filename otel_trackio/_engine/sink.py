@@ -55,6 +55,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from otel_trackio._core.names import folder_name
 from otel_trackio._core.samples import stored_span_key
 from otel_trackio._engine.warn import Warnings
 
@@ -691,8 +692,7 @@ def open_run_by_name(project: str, name: str) -> None:
 
     folder = trackio_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in project)
-    with open(folder / f"{safe}.otel-trackio-open.lock", "a") as lock:
+    with open(folder / f"{folder_name(project)}.otel-trackio-open.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if name in SQLiteStorage.get_runs(project):
             return

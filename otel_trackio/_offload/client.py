@@ -54,6 +54,7 @@ from otel_trackio._offload.protocol import (
     OPEN_FAILED,
     OpenedReport,
     WriterConfig,
+    encode_config,
     read_opened,
 )
 from otel_trackio._offload.watch import WriterWatch, is_stopped
@@ -65,6 +66,7 @@ from otel_trackio._spool.segments import (
     SpoolFull,
     bytes_from,
     load_checkpoint,
+    private,
     write_atomically,
 )
 from otel_trackio.settings import TrackioSettings
@@ -181,19 +183,10 @@ def portable(settings: TrackioSettings) -> str | None:
     and a writer process never offloads again."""
     if os.environ.get(_IN_WRITER):
         return "this is an offload writer process"
-    decoder = settings.token_decoder
-    if decoder is not None:
-        module = getattr(decoder, "__module__", None) or ""
-        qualname = getattr(decoder, "__qualname__", "") or ""
-        if module == "__main__" or "<" in qualname:
-            return (
-                f"token_decoder {qualname or decoder!r} is defined in __main__ or inside a "
-                "function, so the writer process cannot import it"
-            )
     try:
-        pickle.dumps(settings)
-    except Exception as exc:  # noqa: BLE001 - any reason is a reason not to offload
-        return f"the settings cannot be pickled ({exc!r})"
+        encode_config(WriterConfig(settings, "", None, 0))
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
@@ -219,7 +212,7 @@ class OffloadClient:
         )
         run_id = sink.run_id if sink.opened else None
         config = WriterConfig(settings, sink.project, name, os.getpid(), run_id)
-        write_atomically(self.path / CONFIG_FILE, pickle.dumps(config))
+        write_atomically(self.path / CONFIG_FILE, encode_config(config))
         self._lock = threading.Lock()
         self._count_lock = threading.Lock()  # the counters: the rollout's threads count too
         self._process: subprocess.Popen[bytes] | None = None
@@ -280,7 +273,7 @@ class OffloadClient:
 
     def _start_writer(self, *, finishing: bool = False) -> None:
         """Start the writer process; ``finishing``: at this process's priority (shutdown)."""
-        log = open(self.path / "writer.log", "ab")
+        log = open(self.path / "writer.log", "ab", opener=private)
         command = [sys.executable, "-m", "otel_trackio._offload", str(self.path)]
         if finishing:
             command.append(FINISH_FLAG)

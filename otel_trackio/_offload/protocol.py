@@ -2,17 +2,23 @@
 directory: the writer's config (:data:`CONFIG_FILE`, written by the rollout process, completed by
 the writer once it opened the run) and the writer's report on opening the run
 (:data:`OPENED_FILE`). Kept apart from the writer so the rollout process imports none of the
-writer's engine."""
+writer's engine.
+
+The config is read with :mod:`~otel_trackio._codec.safe_pickle`: plain data and the two config
+classes only (a token decoder travels as its ``module:function`` name, imported again by the
+writer as ``OTEL_EXPORTER_TRACKIO_TOKEN_DECODER`` would be)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from otel_trackio._codec.safe_pickle import UnreadablePayload, dumps, loads
 from otel_trackio._engine.sink import OpenedElsewhere
-from otel_trackio.settings import TrackioSettings
+from otel_trackio.settings import TrackioSettings, load_token_decoder
 
 CONFIG_FILE = "writer.pickle"
 OPENED_FILE = "opened.json"
@@ -40,6 +46,55 @@ class WriterConfig:
     name: str | None
     parent_pid: int
     run_id: str | None = None
+    token_decoder: str | None = None
+    """The settings' token decoder as ``module:function`` (the settings hold None)."""
+
+
+_CONFIG_CLASSES = frozenset(
+    (cls.__module__, cls.__qualname__) for cls in (WriterConfig, TrackioSettings)
+)
+
+
+def encode_config(config: WriterConfig) -> bytes:
+    """The bytes of :data:`CONFIG_FILE`. Raises ``ValueError`` when the settings hold what the
+    writer could not read back (a token decoder it cannot import, a value that is not plain
+    data)."""
+    settings = config.settings
+    decoder = settings.token_decoder
+    spec = config.token_decoder
+    if decoder is not None:
+        module = getattr(decoder, "__module__", None) or ""
+        qualname = getattr(decoder, "__qualname__", "") or ""
+        if not module or module == "__main__" or "<" in qualname:
+            raise ValueError(
+                f"token_decoder {qualname or decoder!r} is defined in __main__ or inside a "
+                "function, so the writer process cannot import it"
+            )
+        spec = f"{module}:{qualname}"
+        settings = dataclasses.replace(settings, token_decoder=None)
+    data = dumps(dataclasses.replace(config, settings=settings, token_decoder=spec))
+    try:
+        loads(data, _CONFIG_CLASSES)
+    except UnreadablePayload as exc:
+        raise ValueError(f"the settings hold more than plain data ({exc})") from None
+    return data
+
+
+def decode_config(data: bytes) -> WriterConfig:
+    """What :func:`encode_config` wrote, the token decoder imported again. Raises
+    :class:`~otel_trackio._codec.safe_pickle.UnreadablePayload` for a config it cannot read."""
+    config = loads(data, _CONFIG_CLASSES)
+    if not isinstance(config, WriterConfig):
+        raise UnreadablePayload(f"it holds a {type(config).__name__}, not a writer config")
+    if config.token_decoder is None:
+        return config
+    try:
+        decoder = load_token_decoder(config.token_decoder)
+    except ValueError as exc:
+        raise UnreadablePayload(f"its token decoder {config.token_decoder!r} {exc}") from None
+    return dataclasses.replace(
+        config, settings=dataclasses.replace(config.settings, token_decoder=decoder)
+    )
 
 
 @dataclass(frozen=True)

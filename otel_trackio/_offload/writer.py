@@ -27,7 +27,6 @@ import io
 import json
 import logging
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from typing import Any
 from opentelemetry.sdk.metrics.export import MetricsData
 
 from otel_trackio._codec.routes import Route
+from otel_trackio._codec.safe_pickle import UnreadablePayload
 from otel_trackio._codec.sdk_metrics import decode_sdk_metrics
 from otel_trackio._core.samples import StepMemory
 from otel_trackio._engine.open_samples import OpenSampleRegistry
@@ -54,10 +54,12 @@ from otel_trackio._offload.protocol import (
     OPENED_FILE,
     STOPPED,
     WriterConfig,
+    decode_config,
+    encode_config,
 )
 from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_root
-from otel_trackio._spool.segments import is_locked, write_atomically
+from otel_trackio._spool.segments import is_locked, private, write_atomically
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -77,7 +79,7 @@ def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
     join_run(sink.run, config.run_id)
     if not joining:  # a restart joins this run rather than opening another one
         opened = dataclasses.replace(config, name=sink.run_name, run_id=sink.run_id)
-        write_atomically(path / CONFIG_FILE, pickle.dumps(opened))
+        write_atomically(path / CONFIG_FILE, encode_config(opened))
     report = {"name": sink.run_name, "id": sink.run_id, "banner": printed.getvalue()}
     write_atomically(path / OPENED_FILE, json.dumps(report).encode())
     return sink
@@ -114,7 +116,7 @@ def adopt_abandoned(folder: Path, *, besides: Path | None = None) -> list[subpro
 
     started = []
     for spool in abandoned(folder, besides=besides):
-        with open(spool / "writer.log", "ab") as log:
+        with open(spool / "writer.log", "ab", opener=private) as log:
             started.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "otel_trackio._offload", str(spool), ORPHAN_FLAG],
@@ -198,8 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     orphaned = ORPHAN_FLAG in args[1:]
     finishing = FINISH_FLAG in args[1:]
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    with open(path / CONFIG_FILE, "rb") as handle:
-        config: WriterConfig = pickle.load(handle)
+    try:
+        config = decode_config((path / CONFIG_FILE).read_bytes())
+    except (OSError, UnreadablePayload) as exc:
+        _logger.error("otel-trackio writer: the spool %s cannot be drained: %s", path, exc)
+        return OPEN_FAILED
     settings = config.settings
     registry = OpenSampleRegistry()
     drainer: Drainer | None = None

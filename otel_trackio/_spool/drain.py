@@ -39,6 +39,7 @@ from typing import Protocol
 
 from otel_trackio._codec import spool as codec
 from otel_trackio._codec.routes import NO_ROUTE, Route
+from otel_trackio._codec.safe_pickle import UnreadablePayload
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.stats import ExportStats, step_ranges, steps_in
@@ -52,6 +53,7 @@ from otel_trackio._spool.segments import (
     Lock,
     Position,
     Reader,
+    SpoolInUse,
     delete_before,
     end_of_spool,
     load_checkpoint,
@@ -90,6 +92,7 @@ class DrainStats:
     spans: int = 0
     flushes: int = 0
     torn_entries: int = 0
+    unreadable_entries: int = 0
     replayed_entries: int = 0
     failed_checkpoints: int = 0
     stalls: int = 0
@@ -142,7 +145,7 @@ class Drainer:
         self._received: deque[tuple[float, Position]] = deque()
         self._lock = Lock(self.path / "drain.lock")
         if not self._lock.acquire():
-            raise RuntimeError(f"another process is draining the spool {self.path}")
+            raise SpoolInUse(f"another process is draining the spool {self.path}")
         self.reader = Reader(self.path)
         checkpoint = load_checkpoint(self.path)
         first = self.reader.first_position()
@@ -232,7 +235,21 @@ class Drainer:
 
     def _handle(self, entry: Entry) -> bool:
         """Hand one entry over; False when a write to storage failed (the data is kept in
-        memory and its entry by the checkpoint; :meth:`retry` tries again)."""
+        memory and its entry by the checkpoint; :meth:`retry` tries again). An entry that
+        cannot be read is skipped, counted and warned about: retrying it would stop the drain
+        for good."""
+        try:
+            return self._hand_over(entry)
+        except UnreadablePayload as exc:
+            self.stats.unreadable_entries += 1
+            self._warn(
+                "unreadable",
+                f"a spool entry in {self.path} was skipped: {exc} (written by another version, "
+                f"or not by otel-trackio; {self.stats.unreadable_entries} so far)",
+            )
+            return True
+
+    def _hand_over(self, entry: Entry) -> bool:
         recovering = self._recovering_until is not None
         if recovering:
             self.stats.replayed_entries += 1
@@ -401,6 +418,8 @@ class Drainer:
             "entries": int(carried.get("entries") or 0) + self.stats.entries,
             "spans": int(carried.get("spans") or 0) + self.stats.spans,
             "torn_entries": int(carried.get("torn_entries") or 0) + self.stats.torn_entries,
+            "unreadable_entries": int(carried.get("unreadable_entries") or 0)
+            + self.stats.unreadable_entries,
             "waiting_spans": sum(p.assembler.buffered_spans for p in self._pipelines),
         }
         checkpoint = Checkpoint(

@@ -5,12 +5,13 @@ every stored Trace). Metric values carry no such identity there: a delta point a
 again after a receiver restart (its answer lost), or an entry replayed after a crash, would be
 added twice, and a counter would start its increments from zero. So after each metrics entry it
 logs, the drainer writes what the run's metric exporter remembers
-(:class:`~otel_trackio._core.metric_convert.ConverterMemory`) to ``<key>.memory`` in the spool
-(atomically: the old file or the new one, never half), and the first time a drainer gives an
+(:class:`~otel_trackio._core.metric_convert.ConverterMemory`) to ``metrics-<hash>.memory`` in the
+spool (atomically: the old file or the new one, never half), and the first time a drainer gives an
 entry to a run's exporter it recalls the file. What is left: a crash between Trackio's write
 and this file's, a few microseconds, may still log that one entry twice.
 
-The file is ``MAGIC``, a CRC-32 and a pickle; one that does not check is warned about and
+The file is ``MAGIC``, a CRC-32 and a pickle of plain data (read back by
+:mod:`~otel_trackio._codec.safe_pickle`); one that does not check is warned about and
 ignored (a duplicate beats a crash). A clean stop removes it with the spool.
 """
 
@@ -18,16 +19,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import pickle
 import weakref
 import zlib
 from pathlib import Path
 
+from otel_trackio._codec.safe_pickle import UnreadablePayload, dumps, loads
 from otel_trackio._core.metric_convert import ConverterMemory
 from otel_trackio._spool.segments import write_atomically
 from otel_trackio.metric_exporter import TrackioMetricExporter
 
 MEMORY_SUFFIX = ".memory"
+_MEMORY_CLASSES = frozenset({(ConverterMemory.__module__, ConverterMemory.__qualname__)})
 _MAGIC = b"OTMM1"
 
 _logger = logging.getLogger("otel_trackio")
@@ -41,7 +43,7 @@ def memory_path(spool: Path, run_key: str) -> Path:
 
 def save_memory(path: Path, memory: ConverterMemory, *, fsync: bool) -> None:
     """Write ``memory`` atomically; ``fsync``: on the disk before it replaces the old file."""
-    payload = pickle.dumps(memory, pickle.HIGHEST_PROTOCOL)
+    payload = dumps(memory)
     write_atomically(path, _MAGIC + zlib.crc32(payload).to_bytes(4, "big") + payload, fsync=fsync)
 
 
@@ -62,8 +64,8 @@ def load_memory(path: Path) -> ConverterMemory | None:
         _logger.warning("otel-trackio: the metric memory %s is damaged: ignored", path)
         return None
     try:
-        memory = pickle.loads(payload)
-    except Exception as exc:  # noqa: BLE001 - a damaged file must not stop the drain
+        memory = loads(payload, _MEMORY_CLASSES)
+    except UnreadablePayload as exc:  # a damaged file must not stop the drain
         _logger.warning("otel-trackio: the metric memory %s is unreadable: %r", path, exc)
         return None
     return memory if isinstance(memory, ConverterMemory) else None

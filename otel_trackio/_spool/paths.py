@@ -4,23 +4,28 @@
   :func:`process_spool`); its siblings are the same run's other processes.
 - ``otel-trackio serve --project P --name N``: ``<root>/receiver/<P>/<N>`` (see
   :func:`receiver_spool`), so a restart with the same arguments finishes what is left.
+
+Each name is one folder by :func:`~otel_trackio._core.names.folder_name`: distinct names never
+share one, and none leads out of the spool folder. Spool folders are made ``0700`` (they hold
+prompts and answers), and a drained spool's removal deletes only the files a spool makes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import uuid
 from pathlib import Path
 
+from otel_trackio._core.names import folder_name
 from otel_trackio._engine.sink import trackio_dir
 from otel_trackio.settings import TrackioSettings
 
-
-def safe_name(text: str) -> str:
-    """``text`` as one path component: anything but letters, digits, ``-_.`` becomes ``_``."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "_"
+UNNAMED = "%unnamed"
+"""The folder of a run Trackio is still to name (no encoded name is this: see
+:func:`~otel_trackio._core.names.folder_name`)."""
 
 
 def spool_root(settings: TrackioSettings) -> Path:
@@ -30,16 +35,16 @@ def spool_root(settings: TrackioSettings) -> Path:
 
 def project_spools(settings: TrackioSettings, project: str) -> Path:
     """The folder of every offload spool of ``project`` (one folder per run inside)."""
-    return spool_root(settings) / safe_name(project)
+    return spool_root(settings) / folder_name(project)
 
 
 def process_spool(settings: TrackioSettings, project: str, run_name: str | None) -> Path:
     """A fresh spool for this process's spans of ``project``/``run_name`` (``offload=True``).
     A run Trackio is still to name (``run_name`` None) gets a folder of its own: no other
     process's spool is of the same run."""
-    run = safe_name(run_name) if run_name is not None else f"_unnamed-{uuid.uuid4().hex[:8]}"
+    run = folder_name(run_name) if run_name is not None else f"{UNNAMED}-{uuid.uuid4().hex[:8]}"
     run_folder = project_spools(settings, project) / run
-    unique = f"{safe_name(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    unique = f"{folder_name(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     return run_folder / unique
 
 
@@ -51,13 +56,23 @@ def spool_project_folder(spool: Path) -> Path:
 def receiver_spool(settings: TrackioSettings, project: str, name: str | None) -> Path:
     """The default spool of ``otel-trackio serve --project P --name N``: one per project and run
     under the spool folder, so a restart with the same arguments finishes what is left."""
-    return spool_root(settings) / "receiver" / safe_name(project) / safe_name(name or "_")
+    run = UNNAMED if name is None else folder_name(name)
+    return spool_root(settings) / "receiver" / folder_name(project) / run
 
 
 SPOOL_FILES = ("checkpoint.json", "runs.json", "writer.pickle", "writer.log", "opened.json")
-"""Files of a spool besides its segments, locks, temporary files and metric memories (``*.seg``,
-``*.lock``, ``*.tmp``, ``*.memory``)."""
-_SPOOL_SUFFIXES = (".seg", ".lock", ".tmp", ".memory")
+"""Files of a spool besides its segments, locks, metric memories and temporary files."""
+_SPOOL_FILE = re.compile(
+    r"(?:\d{12}\.seg|drain\.lock|producer\.lock|metrics-[0-9a-f]{16}\.memory|"
+    + "|".join(re.escape(name) for name in SPOOL_FILES)
+    + r")(?:\.\d+\.tmp)?"
+)
+
+
+def is_spool_file(name: str) -> bool:
+    """A file name a spool makes: a segment, a lock, a metric memory, one of
+    :data:`SPOOL_FILES`, or the temporary file of an atomic write of one of those."""
+    return _SPOOL_FILE.fullmatch(name) is not None
 
 
 def remove_spool(path: Path, root: Path) -> None:
@@ -67,9 +82,7 @@ def remove_spool(path: Path, root: Path) -> None:
     spool folder itself stays). A clean stop leaves nothing behind."""
     with contextlib.suppress(FileNotFoundError):
         for entry in path.iterdir():
-            if entry.is_file() and (
-                entry.name in SPOOL_FILES or entry.name.endswith(_SPOOL_SUFFIXES)
-            ):
+            if entry.is_file() and is_spool_file(entry.name):
                 with contextlib.suppress(OSError):
                     entry.unlink()
     root = root.resolve()

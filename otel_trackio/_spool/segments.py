@@ -78,6 +78,10 @@ class SpoolFull(Exception):
     """The spool is at its size bound: the entry was not appended."""
 
 
+class SpoolInUse(RuntimeError):
+    """Another process appends to (or drains) this spool: one producer and one drainer each."""
+
+
 @dataclass(frozen=True, order=True, slots=True)
 class Position:
     """A place in the spool: segment number and byte offset in it."""
@@ -183,7 +187,7 @@ class Lock:
 
     def acquire(self) -> bool:
         """Take the lock without waiting; False when another process holds it."""
-        handle = open(self.path, "ab")
+        handle = open(self.path, "ab", opener=private)
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -233,16 +237,16 @@ class Producer:
             raise ValueError(f"fsync policy {fsync!r}: expected one of {FSYNC_POLICIES}")
         self.fsync = fsync
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        make_private_folder(self.path)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._owner = Lock(self.path / "producer.lock")
         if not self._owner.acquire():
-            raise RuntimeError(f"another process is appending to the spool {self.path}")
+            raise SpoolInUse(f"another process is appending to the spool {self.path}")
         existing = segments(self.path)
         # Never append to an old segment: it may end in an entry torn by a killed producer.
         self._seq = (existing[-1] + 1) if existing else 1
-        self._file = open(segment_path(self.path, self._seq), "ab", buffering=0)
+        self._file = open(segment_path(self.path, self._seq), "ab", buffering=0, opener=private)
         self._in_segment = 0
         self._segment_bytes = min(SEGMENT_BYTES, max(64 * 1024, max_bytes // 8))
         # What the spool holds, as of the last look, plus what was appended since: never less
@@ -316,7 +320,9 @@ class Producer:
 
     def _rotate(self) -> None:
         """Start the next segment (open it first: when that fails, the current one goes on)."""
-        following = open(segment_path(self.path, self._seq + 1), "ab", buffering=0)
+        following = open(
+            segment_path(self.path, self._seq + 1), "ab", buffering=0, opener=private
+        )
         if self.fsync != "never":
             with contextlib.suppress(OSError):
                 os.fsync(self._file.fileno())
@@ -470,13 +476,34 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint, *, fsync: bool = False) 
     write_atomically(Path(path) / "checkpoint.json", checkpoint.to_json().encode(), fsync=fsync)
 
 
+def private(path: str, flags: int) -> int:
+    """An ``opener`` for :func:`open`: a file it creates is the owner's alone (``0600``): a
+    spool holds prompts and answers."""
+    return os.open(path, flags, 0o600)
+
+
+def make_private_folder(path: Path) -> None:
+    """Make ``path`` and its missing parents, each the owner's alone (``0700``); folders that
+    exist (a ``--spool`` the user gave) are left as they are."""
+    missing: list[Path] = []
+    folder = Path(path)
+    while not folder.exists():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+
+
 def write_atomically(target: Path, data: bytes, *, fsync: bool = False) -> None:
     """Replace ``target`` with ``data``: a reader sees the old file or the new one, never a
     part. ``fsync``: the data and the rename on the disk before returning (survives a power
     loss). A failed write leaves the old file and no temporary one (raises ``OSError``)."""
     temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        with open(temporary, "wb") as handle:
+        with open(temporary, "wb", opener=private) as handle:
             handle.write(data)
             if fsync:
                 handle.flush()

@@ -254,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "drain":
         return _drain(args)
     try:
+        from otel_trackio._spool.segments import SpoolInUse
         from otel_trackio.receiver.server import OTLPReceiver
         from otel_trackio.settings import TrackioSettings
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -283,6 +284,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (ValueError, OSError) as exc:  # TrackioConfigError is a ValueError
         print(f"otel-trackio serve: {exc}", file=sys.stderr)
+        return 2
+    except SpoolInUse as exc:
+        print(
+            f"otel-trackio serve: {exc} (another receiver of this project and run?); stop it, "
+            "or give this one its own --spool",
+            file=sys.stderr,
+        )
         return 2
     from otel_trackio._offload.writer import adopt_abandoned
     from otel_trackio._spool.paths import project_spools
