@@ -153,6 +153,37 @@ def test_gzip_bombs_get_4xx_and_other_clients_are_stored(project, start_receiver
     assert _stored(project) == [(1, 0), (1, 1), (1, 2)]
 
 
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_an_over_limit_body_written_whole_gets_its_413_not_a_reset(
+    project, start_receiver, framing
+):
+    """Most clients write the whole body before they read the answer: the receiver reads and
+    drops a body over the limit (up to a bound) before answering, so they read the 413."""
+    receiver = start_receiver(limits=ReceiverLimits(max_body_bytes=4 * MIB))
+    body = b"\0" * (15 * MIB)  # more than the sockets' buffers hold
+    host, port = receiver.url.removeprefix("http://").rsplit(":", 1)
+    if framing == "content-length":
+        head = f"Content-Length: {len(body)}\r\n".encode()
+        payload = body
+    else:
+        head = b"Transfer-Encoding: chunked\r\n"
+        chunk = 64 * 1024
+        payload = b"".join(
+            b"%x\r\n%s\r\n" % (len(body[i : i + chunk]), body[i : i + chunk])
+            for i in range(0, len(body), chunk)
+        ) + b"0\r\n\r\n"
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(
+            b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            + head
+            + b"\r\n"
+            + payload
+        )  # a reset would fail here, or at the read
+        answer = connection.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert post_samples(receiver.url, 1, range(2)) == [200] * 2  # others go on
+
+
 # -- nesting -------------------------------------------------------------------------------------
 
 

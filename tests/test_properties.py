@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import uuid
@@ -49,6 +50,7 @@ from otel_trackio._core.assembly import PLACEHOLDER_ATTRIBUTE, SampleAssembler
 from otel_trackio._core.assembly.memory import sent_again
 from otel_trackio._core.convert import sample_to_trace
 from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
+from otel_trackio._core.values import parse_step
 
 EXAMPLES = int(os.environ.get("OTEL_TRACKIO_FAULT_EXAMPLES", "60"))
 FUZZ = settings(
@@ -529,28 +531,40 @@ def test_end_to_end_every_span_is_read_back(spans, cuts):
     assert exporter.stats.samples_lost == 0
     assert samples == exporter.stats.samples_logged
     copies, reused = _copies(spans)
+    left_out = exporter.stats.unusable_step_spans  # samples whose own step is no step
     if all(n == 1 for n in reused.values()):
-        assert stored_spans == len(copies)  # a span sent again is stored once
+        assert stored_spans + left_out == len(copies)  # a span sent again is stored once
     else:  # another span took an id: a copy of either may go out on its own
-        assert len(copies) <= stored_spans <= len(spans)
+        assert len(copies) <= stored_spans + left_out <= len(spans)
 
 
 @pytest.mark.parametrize(
     "step",
-    [2**63 - 1, -(2**63), -3, "12", 2**64, 10**30],
-    ids=["int64-max", "int64-min", "negative", "str", "uint64-over", "huge"],
-)
-def test_extreme_steps_end_to_end(step, project):
-    """A step SQLite cannot hold must not make the sample vanish in Trackio's background thread."""
+    [2**63 - 1, -(2**63), -3, "12", 2**64, 10**30, True, 3.5, "abc", "1e400", "2**63"],
+    ids=["int64-max", "int64-min", "negative", "str", "uint64-over", "huge", "bool", "float",
+         "text", "float-text", "expression"],
+)  # fmt: skip
+def test_extreme_steps_end_to_end(step, project, caplog):
+    """A step SQLite can hold is stored at that step; a value that is no step (or one SQLite
+    cannot hold) is not stored at a guessed one: counted and warned, never lost silently in
+    Trackio's background thread."""
     tally.tried("end-to-end")
     exporter = TrackioSpanExporter(project, name="steps", offload=False)  # records fed in process
-    record = SpanRecord(1, 2, "root", 0, 10, attributes={"step": step, "sample_index": 0})
-    result = exporter._export_records([record])
-    exporter.shutdown()
-    samples, stored_spans = _stored_span_count(project, "steps")
-    tally.lost("end-to-end", 1 - samples)
+    exporter._export_records([SpanRecord(1, 1, "root", 0, 10, attributes={"step": 5})])
+    record = SpanRecord(2, 2, "root", 0, 10, attributes={"step": step, "sample_index": 0})
+    with caplog.at_level(logging.WARNING, logger="otel_trackio"):
+        result = exporter._export_records([record])
+        exporter.shutdown()
     assert result.name == "SUCCESS"
-    assert (samples, stored_spans) == (1, 1)
+    stored = sorted(int(t["step"]) for t in read_traces(project, "steps"))
+    usable = parse_step(step) is not None
+    tally.lost("end-to-end", usable and len(stored) < 2)
+    if usable:
+        assert stored == sorted([5, int(step)])
+    else:  # never at step 5, the latest another sample carried
+        assert stored == [5]
+        assert exporter.stats.unusable_steps == 1
+        assert "1 samples not stored: their 'step' is no step" in caplog.text
 
 
 @FUZZ

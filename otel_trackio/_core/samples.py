@@ -26,7 +26,9 @@ class SampleIdentity:
 
     ``step`` is resolved once, by :func:`resolve_step`. ``sample_index``, ``rollout_n`` and
     ``validate`` are the raw attribute values (None when absent). ``partial_reason`` is None for a
-    whole sample.
+    whole sample. ``unusable_step`` is the sample's own step value when it is present but no
+    step (``true``, ``2.5``, ``"abc"``, beyond signed 64-bit): such a sample is not stored at a
+    guessed step (see :class:`~otel_trackio._engine.pipeline.TracePipeline`).
     """
 
     trace_id: int
@@ -36,6 +38,7 @@ class SampleIdentity:
     rollout_n: Any = None
     validate: Any = None
     partial_reason: PartialReason | None = None
+    unusable_step: Any = None
 
     @property
     def partial(self) -> bool:
@@ -55,7 +58,7 @@ class Sample:
 def resolve_step(own: Any, ancestor: Any, latest: int | None) -> int:
     """The one rule for a sample's step: its own attribute, else its nearest ancestor's, else the
     latest step seen, else 0. Values that are no step (``2.5``, ``"x"``, beyond int64) count as
-    absent."""
+    absent here; a sample whose own value is one is not stored (``unusable_step``)."""
     for value in (own, ancestor):
         step = parse_step(value)
         if step is not None:

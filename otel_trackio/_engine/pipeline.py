@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.records import LogEventRecord, SpanRecord
@@ -399,11 +399,35 @@ class TracePipeline:
         self._outcomes.log(flush=True)
         return self._write(timeout_seconds) and logged
 
+    def _without_unusable_steps(self, samples: list[Sample]) -> list[Sample]:
+        """Leave out (counted, warned) the samples whose own step value is no step: storing one
+        at a step it did not carry would put its reward next to the wrong curve."""
+        kept: list[Sample] = []
+        unusable: list[Any] = []
+        for sample in samples:
+            value = sample.identity.unusable_step
+            if value is None:
+                kept.append(sample)
+            else:
+                unusable.append(value)
+                self.stats.unusable_step_spans += len(sample.spans)
+        self.stats.unusable_steps += len(unusable)
+        shown = repr(unusable[0])
+        self._warn(
+            "unusable step",
+            f"{len(unusable)} samples not stored: their {self.settings.step_attribute!r} is no "
+            f"step (e.g. {shown[:80]}); a step is an integer (or a string of one) within signed "
+            f"64-bit ({self.stats.unusable_steps} so far)",
+        )
+        return kept
+
     def _log(self, samples: list[Sample]) -> bool:
         """Convert and log samples: one ``run.log`` per step. False when a log call failed
         (those samples are counted lost)."""
         if not samples:
             return True
+        if any(sample.identity.unusable_step is not None for sample in samples):
+            samples = self._without_unusable_steps(samples)
         if self.stored_filter is not None:
             fresh = [kept for kept in map(self.stored_filter, samples) if kept is not None]
             self.stats.already_stored += len(samples) - len(fresh)

@@ -74,6 +74,8 @@ class RunSummary:
             f"otel-trackio: {stats.samples_logged} samples logged to {where}{steps}; "
             f"{stats.partial_samples} partial, {stats.samples_lost} lost"
         )
+        if stats.unusable_steps:
+            first += f"; {stats.unusable_steps} not stored (no usable step)"
         if self.not_traced is not None:
             first += f"; {self.not_traced} not traced"
             if self.max_samples_per_step is not None:

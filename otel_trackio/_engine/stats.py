@@ -20,7 +20,8 @@ class ExportStats:
     ``samples_logged`` counts samples written to Trackio's storage (not merely handed to
     ``run.log``); ``samples_retried`` the samples logged again after a failed write;
     ``failed_writes`` the writes that failed or timed out (each retried); ``samples_lost`` what
-    was given up (said in a warning each time)."""
+    was given up (said in a warning each time); ``unusable_steps`` the samples not stored because
+    their own step value is no step (warned), ``unusable_step_spans`` their spans."""
 
     spans_received: int = 0
     log_events_received: int = 0
@@ -34,6 +35,8 @@ class ExportStats:
     already_stored: int = 0
     samples_retried: int = 0
     failed_writes: int = 0
+    unusable_steps: int = 0
+    unusable_step_spans: int = 0
     # The steps Traces were logged at: how many distinct ones, the first and the last (both 0
     # while ``steps_logged`` is 0).
     steps_logged: int = 0

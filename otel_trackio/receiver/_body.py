@@ -105,6 +105,32 @@ class BodyClaim:
         self._budget._release(self)
 
 
+DISCARD_FACTOR = 4
+"""A body refused as too large is read and dropped up to this many times the limit before the
+answer: a client that writes its whole body before it reads (most HTTP clients) then reads the
+413, where closing at once would give it a connection reset. Larger ones are cut off."""
+
+
+async def _discard(receive: Receive, limits: ReceiverLimits, left: int) -> None:
+    """Read and drop up to ``left`` more bytes of a refused body, in time (the body's
+    deadlines); nothing is kept."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limits.body_timeout_seconds
+    while left > 0:
+        wait = min(limits.read_timeout_seconds, deadline - loop.time())
+        if wait <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), wait)
+        except asyncio.TimeoutError:
+            return
+        if message["type"] == "http.disconnect":
+            return
+        left -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
+
 async def read_body(
     receive: Receive, content_length: str | None, limits: ReceiverLimits, claim: BodyClaim
 ) -> bytes:
@@ -121,6 +147,8 @@ async def read_body(
                 400, f"bad Content-Length {content_length!r}", headers=CLOSE
             ) from None
         if declared > limit:
+            if declared <= DISCARD_FACTOR * limit:
+                await _discard(receive, limits, declared)
             raise RequestError(
                 413, f"body of {declared} bytes is over the {limit}-byte limit", headers=CLOSE
             )
@@ -149,6 +177,8 @@ async def read_body(
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
+            if message.get("more_body", False):
+                await _discard(receive, limits, DISCARD_FACTOR * limit - size)
             raise RequestError(413, f"body is over the {limit}-byte limit", headers=CLOSE)
         if declared is None:
             claim.take(len(chunk))

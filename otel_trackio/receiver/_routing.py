@@ -440,6 +440,7 @@ class Router:
             "retried": spans.samples_retried,
             "retried_writes": spans.failed_writes + self._drainer.stats.failed_checkpoints,
             "already_stored": spans.already_stored,
+            "unusable_steps": spans.unusable_steps,
             "resent": sum(p.spans.assembler.resent for p in routes)
             + sum(r.resent for r in retired),
             "unwritten": sum(p.spans.unwritten_samples for p in routes),

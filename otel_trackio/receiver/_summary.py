@@ -54,6 +54,7 @@ def troubles(totals: dict[str, Any]) -> str:
             ("retried", "retried"),
             ("unwritten", "not yet stored"),
             ("resent", "spans sent again, kept once"),
+            ("unusable_steps", "not stored (no usable step)"),
         )
         if totals.get(key)
     ]

@@ -49,7 +49,8 @@ class Identifier:
 
         own_step = tag(self.step_attribute)
         step = resolve_step(own_step, ancestor_step, self.steps.latest())
-        if parse_step(own_step) is not None or parse_step(ancestor_step) is not None:
+        usable = parse_step(own_step) is not None
+        if usable or parse_step(ancestor_step) is not None:
             self.steps.note(step)
         return SampleIdentity(
             trace_id=spans[0].trace_id if spans else 0,
@@ -59,4 +60,5 @@ class Identifier:
             rollout_n=tag(ROLLOUT_N_ATTRIBUTE),
             validate=tag(VALIDATE_ATTRIBUTE),
             partial_reason=reason,
+            unusable_step=None if usable or own_step is None else own_step,
         )
