@@ -4,8 +4,10 @@ start without ``--name`` that is a fresh run, and no spool files after a clean s
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -230,6 +232,34 @@ def test_two_receiver_starts_without_a_name_make_two_runs_and_leave_no_spool(
     assert len(runs) == 2
     per_run = [sorted(t["metadata"]["sample_index"] for t in read_traces(project, r)) for r in runs]
     assert sorted(per_run) == [[0, 1, 2], [10, 11, 12]]
+
+
+def test_receivers_started_together_with_one_name_log_into_one_run(project, trackio_dir, tmp_path):
+    """A fail-over pair on one TRACKIO_DIR: both continue the one run of that name, never two
+    runs of one name (which the Traces page would show only one of)."""
+    servers = [
+        subprocess.Popen(
+            [*SERVE, "--project", project, "--name", "shared", "--spool", str(tmp_path / str(i))],
+            env={**os.environ, "TRACKIO_DIR": trackio_dir},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
+        for i in range(2)
+    ]  # started together: neither finds the run the other is making
+    for i, server in enumerate(servers):
+        assert server.stdout is not None
+        line = next(line for line in server.stdout if "listening on" in line)
+        _send(line.split("listening on ")[1].split()[0], 3, offset=10 * i)
+    for server in servers:
+        _stop(server)
+    with sqlite3.connect(Path(trackio_dir) / f"{project}.db") as db:
+        query = "SELECT run_id, metadata FROM traces WHERE run_name = 'shared'"
+        rows = db.execute(query).fetchall()
+    assert len({run_id for run_id, _ in rows}) == 1  # one run
+    indexes = sorted(json.loads(metadata)["sample_index"] for _, metadata in rows)
+    assert indexes == [0, 1, 2, 10, 11, 12]  # each sample once
 
 
 def test_a_restart_after_an_unclean_stop_finishes_the_spool_in_its_run(
