@@ -76,3 +76,30 @@ def test_export_stats_round_trip_through_a_checkpoint_dict():
     # Steps are a range: the earliest first step and the latest last step, not sums.
     doubled.update(first_step=stats.first_step, last_step=stats.last_step)
     assert ExportStats.total([stats, stats]).as_dict() == doubled
+
+
+def test_spool_payloads_hold_plain_values_whatever_subclass_a_library_used():
+    """A library may set a ``str`` subclass (smolagents' ``AgentText``), an ``IntEnum`` or a
+    named tuple as an attribute value: written as the plain value, so the drainer, which
+    refuses every class but its own records, reads it back."""
+    import collections
+    import enum
+
+    from otel_trackio._codec import spool as codec
+    from otel_trackio._core.records import SpanRecord
+
+    class AgentText(str):
+        def __init__(self, value: str) -> None:
+            self.raw = value
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    pair = collections.namedtuple("pair", "a b")
+    record = SpanRecord(
+        1, 2, "root", 0, 10,
+        attributes={"answer": AgentText("4"), "level": Level.HIGH, "both": pair(1, 2)},
+    )  # fmt: skip
+    _, (back,) = codec.decode_spans(codec.encode_records([record]))
+    assert back.attributes == {"answer": "4", "level": 3, "both": (1, 2)}
+    assert [type(v) for v in back.attributes.values()] == [str, int, tuple]

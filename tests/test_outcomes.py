@@ -17,6 +17,7 @@ from test_exporter import _chat_attributes
 from otel_trackio import (
     TrackioSettings,
     TrackioSpanExporter,
+    TrackioSpanProcessor,
     register_open_sample,
     rollout,
     unregister_open_sample,
@@ -178,3 +179,26 @@ def test_rows_are_plain_and_tables_forget_old_steps():
     assert [step for step, _ in tables.due()] == [0, 1, 2, 3]
     tables.add(0, [{"sample_index": "late"}])  # step 0 was forgotten: its late rows alone
     assert tables.take_all() == [(0, [{"sample_index": "late"}]), (4, [{"sample_index": 4}])]
+
+
+def test_rollouts_without_a_sample_index_are_one_sample_said_and_no_score_is_picked(
+    project, capfd
+):
+    """Four rollouts with rewards 0, 1, 0, 1 under one step-level span and no ``sample_index``
+    (as a new user may write it): one Trace, as documented, but its header lists the rewards
+    rather than showing whichever ended last, and the user is told how to make four."""
+    exporter = TrackioSpanExporter(project, "merged")  # the default: offload
+    provider = TracerProvider()
+    provider.add_span_processor(TrackioSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("train_step", attributes={"step": 3}):
+        for reward in (0, 1, 0, 1):
+            with tracer.start_as_current_span("rollout", attributes={"step": 3, "reward": reward}):
+                pass
+    provider.shutdown()
+    (trace,) = read_traces(project, "merged")
+    assert trace["metadata"]["reward"] == [0, 1, 0, 1]
+    assert trace["metadata"]["status"] == "reward varies"
+    err = capfd.readouterr().err
+    assert "a trace without 'sample_index' holds 5 spans with a 'step'" in err
+    assert "put 'sample_index' on each rollout's root span" in err

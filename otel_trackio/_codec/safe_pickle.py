@@ -6,6 +6,10 @@ folder could then run code as the drainer. :func:`loads` reads them with every g
 but the few data classes a payload of that kind holds (the documented way to restrict
 unpickling: https://docs.python.org/3/library/pickle.html#restricting-globals). A refused or
 damaged payload raises :class:`UnreadablePayload`.
+
+:func:`dumps` writes a value of a subclass of a plain type (a library's ``str`` subclass as a
+span attribute, an ``IntEnum``, a ``float`` subclass, a named tuple, an ``OrderedDict``) as that
+plain type, so what it wrote can always be read back.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ class _Restricted(pickle.Unpickler):
         self._allowed = allowed
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self._allowed:
+        if (module, name) in self._allowed or (module, name) in PLAIN_TYPES:
             return super().find_class(module, name)
         raise UnreadablePayload(f"it names {module}.{name}, which a payload may not")
 
@@ -45,6 +49,23 @@ def loads(payload: bytes, allowed: Collection[tuple[str, str]] = ()) -> Any:
         raise UnreadablePayload(f"it cannot be read: {exc!r}") from None
 
 
+_PLAIN_TYPES: tuple[type, ...] = (str, int, float, bytes, tuple, list, dict, frozenset, set)
+PLAIN_TYPES = frozenset(("builtins", t.__name__) for t in _PLAIN_TYPES)
+"""The globals every payload may name: plain types, rebuilt from plain values."""
+
+
+class _PlainPickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        # Called for objects of other than the exact plain types only.
+        for plain in _PLAIN_TYPES:
+            if isinstance(obj, plain):
+                return plain, (plain(obj),)
+        return NotImplemented
+
+
 def dumps(value: Any) -> bytes:
-    """``value`` pickled (the counterpart of :func:`loads`)."""
-    return pickle.dumps(value, PROTOCOL)
+    """``value`` pickled (the counterpart of :func:`loads`); subclasses of plain types as
+    their plain type."""
+    buffer = io.BytesIO()
+    _PlainPickler(buffer, PROTOCOL).dump(value)
+    return buffer.getvalue()

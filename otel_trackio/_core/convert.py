@@ -114,7 +114,10 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     for span_dict in span_dicts:  # the OTel trace id, for joins, where the tree starts
         if span_dict["parent_id"] is None:
             span_dict["metadata"]["otel.trace_id"] = f"{sample.identity.trace_id:032x}"
-    fields = user_fields(spans, facts, root, settings)
+    # Without a sample index the spans may be several rollouts: disagreeing scores are listed.
+    fields = user_fields(
+        spans, facts, root, settings, one_rollout=sample.identity.sample_index is not None
+    )
     return storable(
         {
             "messages": messages,
@@ -217,6 +220,8 @@ def user_fields(
     facts: list[SpanFacts],
     root: SpanRecord | None,
     settings: TrackioSettings,
+    *,
+    one_rollout: bool = True,
 ) -> dict[str, Any]:
     """The user's own fields of a sample, for the Trace header (in this order):
 
@@ -224,7 +229,9 @@ def user_fields(
       span field), in the order it was set;
     - then the scores recorded on the other spans: user attributes holding a number or a
       boolean (a ``reward`` span's ``reward``, a judge's ``correct``); the root's value wins,
-      else the span that ended last.
+      else the span that ended last (a judge's last turn). Unless ``one_rollout`` (the sample
+      has a ``sample_index``): then its spans may be several rollouts, and spans that disagree
+      give the list of their values, in the order they ended: none is chosen.
     """
     # Attributes the exporter reads itself: the sample's identity, token ids (even undecoded).
     identity = frozenset(
@@ -246,7 +253,7 @@ def user_fields(
                 continue
             if key not in consumed and is_user_attribute(key, identity):
                 fields[key] = _header_value(value)
-    scores: dict[str, Any] = {}
+    scores: dict[str, list[Any]] = {}
     by_end = sorted(zip(spans, facts, strict=True), key=lambda p: (p[0].end_ns, p[0].start_ns))
     for span, span_facts in by_end:
         if span is root:
@@ -258,8 +265,10 @@ def user_fields(
                 and key not in span_facts.consumed
                 and is_user_attribute(key, identity)
             ):
-                scores[key] = attribute_json(value)
-    fields.update(scores)
+                scores.setdefault(key, []).append(attribute_json(value))
+    for key, values in scores.items():
+        agree = all(v == values[0] for v in values)
+        fields[key] = values[-1] if one_rollout or agree else values
     return fields
 
 
@@ -446,13 +455,34 @@ def _translate_metadata(
 def outcome_status(outcomes: dict[str, Any]) -> str:
     """The status pill of a sample that ran to its end: its first outcome that is a number or
     a boolean, as ``<name> <value>`` (``reward 0``: a wrong answer does not read "success"),
-    else ``success``."""
+    ``<name> varies`` when its spans disagreed (a list of scores), else ``success``."""
     for name, value in outcomes.items():
+        if isinstance(value, list) and value and all(_is_score(v) for v in value):
+            return f"{name} varies"
         if isinstance(value, bool):
             return f"{name} {format_attribute(value)}"
         if isinstance(value, (int, float)):
             return f"{name} {value:g}"
     return "success"
+
+
+def _is_score(value: Any) -> bool:
+    return isinstance(value, (bool, int, float))
+
+
+def merged_rollouts(sample: Sample, settings: TrackioSettings) -> int:
+    """How many spans of a sample without ``sample_index`` carry a step, or an outcome (the
+    larger count): 2 or more suggests several rollouts stored as one sample (their roots lack
+    ``sample_index``). 0 for a sample that has one."""
+    if sample.identity.sample_index is not None:
+        return 0
+    steps = sum(1 for span in sample.spans if settings.step_attribute in span.attributes)
+    outcomes = sum(
+        1
+        for span in sample.spans
+        if any(name in span.attributes for name in settings.outcome_attributes)
+    )
+    return max(steps, outcomes)
 
 
 def _service_name(spans: list[SpanRecord]) -> str | None:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from otel_trackio._core.convert import TraceDict, bare_trace, sample_to_trace
+from otel_trackio._core.convert import TraceDict, bare_trace, merged_rollouts, sample_to_trace
 from otel_trackio._core.samples import Sample
 from otel_trackio._core.values import as_float
 from otel_trackio._engine.stats import ExportStats
@@ -42,6 +42,16 @@ class Converter:
         self._warn = warn
 
     def __call__(self, sample: Sample) -> TraceDict:
+        merged = merged_rollouts(sample, self._settings)
+        if merged > 1:
+            attribute = self._settings.sample_attribute
+            self._warn(
+                "merged",
+                f"a trace without {attribute!r} holds {merged} spans with a "
+                f"{self._settings.step_attribute!r} or an outcome of their own: it is stored as "
+                f"one sample (disagreeing scores as a list). If they are several rollouts, put "
+                f"{attribute!r} on each rollout's root span (or use otel_trackio.rollout())",
+            )
         try:
             return sample_to_trace(sample, self._settings)
         except Exception as exc:  # noqa: BLE001 - a bad span must not cost the sample
