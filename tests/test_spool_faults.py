@@ -947,6 +947,27 @@ def test_a_request_sent_again_after_its_answer_was_lost_is_stored_once(
     _check("answer-lost", acknowledged, Stored(_stored_rows(project, "r", fresh_dir)))
 
 
+def test_a_request_sent_again_long_after_is_stored_once(project, start_receiver, monkeypatch):
+    """Sent again after more spans went through than the receiver remembers (its memory of
+    logged spans is bounded): the sample's step is looked up in storage, not logged twice."""
+    from otel_trackio._core.assembly import memory
+
+    remember = memory.EmittedSamples.__init__
+    monkeypatch.setattr(
+        memory.EmittedSamples, "__init__", lambda self, limit=0: remember(self, 50)
+    )  # 50 spans, for 50,000: the same window, quicker to pass
+    receiver = start_receiver(sample_grace_seconds=0)
+    first = _spans(0, range(4))
+    assert _send(receiver.url, first)
+    later = [_spans(step, range(10)) for step in range(1, 5)]  # 80 spans more
+    for batch in later:
+        assert _send(receiver.url, batch)
+    assert _send(receiver.url, first)  # its answer was lost: the client sends it again
+    receiver.stop()
+    acknowledged = _keys(first).union(*(_keys(batch) for batch in later))
+    _check("answer-lost", acknowledged, Stored(_stored_rows(project, "r")))
+
+
 def test_a_metrics_request_sent_again_after_its_answer_was_lost_counts_once(
     project, trackio_dir, tmp_path
 ):

@@ -52,10 +52,12 @@ class ReplayCheck:
 
     A sample is looked up by span id in the storage of its step (read once per step, a few
     steps kept) when it holds a span of a replayed entry, or when its step had Traces in
-    storage as this drainer began (read once, at the first sample): only its spans not stored
-    are logged (a continuation when some were). What this process logs itself never needs it
-    — the assembler knows those spans (see :class:`~otel_trackio._core.assembly.SampleAssembler`)
-    — so samples of new steps pass untouched, without a read.
+    storage as this drainer began (read once, at the first sample), or at which the assembler
+    let go of spans it had logged (it remembers a bounded number): only its spans not stored
+    are logged (a continuation when some were). What this process logs itself needs it only
+    then — the assembler knows those spans (see
+    :class:`~otel_trackio._core.assembly.SampleAssembler`) — so samples of new steps pass
+    untouched, without a read.
 
     It also remembers, for every sample logged or found stored, the last entry it came in
     while that entry may still be replayed (see the module's docstring).
@@ -81,7 +83,11 @@ class ReplayCheck:
     def __call__(self, sample: Sample) -> Sample | None:
         step = sample.identity.step
         replayed = bool(self._replayed) and any(s.span_id in self._replayed for s in sample.spans)
-        if not replayed and step not in self._stored_before():
+        if (
+            not replayed
+            and step not in self._stored_before()
+            and step not in self._pipeline.assembler.forgotten_steps
+        ):
             return sample
         stored = self._by_step.get(step)
         if stored is None:

@@ -166,6 +166,12 @@ class SampleAssembler:
         return self._identifier.steps
 
     @property
+    def forgotten_steps(self) -> set[int]:
+        """The steps at which spans that went out are no longer remembered (see
+        :class:`~otel_trackio._core.assembly.memory.EmittedSamples`)."""
+        return self._memory.forgotten_steps
+
+    @property
     def buffered_spans(self) -> int:
         """How many spans wait here (for their sample's root, or held in a complete sample),
         log events waiting for their span included (both count against ``max_buffered_spans``)."""

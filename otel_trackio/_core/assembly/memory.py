@@ -27,7 +27,8 @@ def _sameness(span: SpanRecord) -> int:
 class EmittedSamples:
     """span id → identity of the emitted sample it went out with (and how that span ended);
     trace id → the identity of the one sample logged from it; the GenAI log events that went
-    out. Each map keeps its ``limit`` most recent entries."""
+    out. Each map keeps its ``limit`` most recent entries; :attr:`forgotten_steps` says at
+    which steps spans were let go (a span sent again there is no longer known here)."""
 
     def __init__(self, limit: int = 50_000) -> None:
         self._limit = max(0, limit)
@@ -35,6 +36,9 @@ class EmittedSamples:
         self._spans: OrderedDict[int, tuple[SampleIdentity, int]] = OrderedDict()
         self._traces: OrderedDict[int, object] = OrderedDict()
         self._events: OrderedDict[tuple[int, int, str, int, int], None] = OrderedDict()
+        self.forgotten_steps: set[int] = set()
+        """The steps of the spans let go past ``limit``: there a span sent again must be looked
+        up in storage (see :class:`~otel_trackio._spool.replay.ReplayCheck`)."""
 
     def identity_of(self, trace_id: int, span_id: int | None) -> SampleIdentity | None:
         """The identity of the emitted sample span ``span_id`` of ``trace_id`` went out with."""
@@ -78,7 +82,7 @@ class EmittedSamples:
                 if event.from_log:
                     events[_event_key(span.trace_id, span.span_id, event)] = None
         while len(emitted) > self._limit:
-            emitted.popitem(last=False)
+            self.forgotten_steps.add(emitted.popitem(last=False)[1][0].step)
         while len(events) > self._limit:
             events.popitem(last=False)
         traces = self._traces
