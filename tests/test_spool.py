@@ -406,6 +406,20 @@ def test_writer_and_rollout_both_killed_the_next_start_of_the_run_finishes_it(pr
     assert _keys(traces) == [(s, i) for s in (0, 1) for i in range(25)]
 
 
+def test_an_abandoned_spool_is_stored_in_its_own_run_not_a_similar_names(project, trackio_dir):
+    """Run ``x/y`` killed with its writer, then run ``x_y`` starts: each keeps its own spool
+    and Traces (the names once shared a spool folder)."""
+    writer = _killed_rollout(project, "x/y", trackio_dir, "both")
+    _wait_until(lambda: not _alive(writer))
+    provider, _ = _offload_provider(project, "x_y")
+    provider.shutdown()
+    wait_until(lambda: len([t for t in read_traces(project, "x/y") if t["step"] < 9]) >= 50)
+    assert _keys([t for t in read_traces(project, "x/y") if t["step"] < 9]) == [
+        (s, i) for s in (0, 1) for i in range(25)
+    ]
+    assert read_traces(project, "x_y") == []
+
+
 def test_offload_under_opentelemetry_instrument(project, trackio_dir, tmp_path):
     app = tmp_path / "app.py"
     app.write_text(
