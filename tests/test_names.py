@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from conftest import SERVE, run_python
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -146,3 +147,17 @@ def _wait_for_line(process: subprocess.Popen[str], text: str, timeout: float = 6
         if text in line:
             return
     raise AssertionError(f"no line with {text!r}")
+
+
+def test_two_projects_trackio_would_store_in_one_file_are_refused_not_merged(project):
+    """Trackio leaves ``.`` and ``/`` out of a project's file name: ``<p>.x`` and ``<p>/x``
+    would share one database, and their runs. The second is refused, saying why."""
+    from otel_trackio import TrackioSpanExporter
+
+    first = TrackioSpanExporter(f"{project}.x", "r")  # the default: offload
+    first.shutdown()
+    # Raised as trackio.init's own failure would be: the writer process opens the run.
+    with pytest.raises(RuntimeError, match=r"could not open the run: project .* would be stored"):
+        TrackioSpanExporter(f"{project}/x", "r")
+    again = TrackioSpanExporter(f"{project}.x", "r2")  # the name that claimed the file: fine
+    again.shutdown()

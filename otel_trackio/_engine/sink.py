@@ -653,9 +653,44 @@ def _matches(run: RunLike, project: str | None, name: str | None) -> bool:
     return run.project == project and (name is None or run.name == name)
 
 
+def claim_project_file(project: str) -> None:
+    """Refuse ``project`` when Trackio would store it in the file of another project name.
+    Trackio leaves some characters out of a project's file name (``a/b``, ``a.b`` and ``ab``
+    are all ``ab.db``): two such projects would share their runs. The first name to use a file
+    claims it (a small file beside it in Trackio's folder); another name raises
+    :class:`~otel_trackio.settings.TrackioConfigError` saying which."""
+    from trackio.sqlite_storage import SQLiteStorage
+
+    from otel_trackio.settings import TrackioConfigError
+
+    filename = SQLiteStorage.get_project_db_filename(project)
+    claim = trackio_dir() / f"{filename}.otel-trackio-project"
+    try:
+        claim.parent.mkdir(parents=True, exist_ok=True)
+        with open(claim, "x", encoding="utf-8") as handle:
+            handle.write(project)
+        return
+    except FileExistsError:
+        pass
+    except OSError:
+        return  # a read-only folder: Trackio itself will say what is wrong
+    try:
+        owner = claim.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    if owner and owner != project:
+        raise TrackioConfigError(
+            f"project {project!r} would be stored in Trackio's file {filename}, which holds "
+            f"project {owner!r} (Trackio leaves some characters out of file names), and the two "
+            "would share their runs: choose a project name that differs in letters or digits"
+        )
+
+
 def _start_run(
     project: str, name: str | None, init_kwargs: dict[str, Any], active: RunLike | None
 ) -> RunLike:
+    if not init_kwargs.get("server_url") and not init_kwargs.get("space_id"):
+        claim_project_file(project)
     if active is None:
         # No user run to disturb: start it here, so the user's own trackio.log() lands in it too.
         started: RunLike = _trackio().init(project=project, name=name, **init_kwargs)
