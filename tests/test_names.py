@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SERVE, run_python
+from conftest import SERVE, read_traces, run_python
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,3 +161,19 @@ def test_two_projects_trackio_would_store_in_one_file_are_refused_not_merged(pro
         TrackioSpanExporter(f"{project}/x", "r")
     again = TrackioSpanExporter(f"{project}.x", "r2")  # the name that claimed the file: fine
     again.shutdown()
+
+
+def test_the_receiver_rejects_spans_of_a_project_trackio_would_merge(project, start_receiver):
+    from opentelemetry.sdk.resources import Resource
+    from test_spool_faults import _send, _spans
+
+    receiver = start_receiver(sample_grace_seconds=0)
+    claimed = _spans(0, range(2), resource=Resource.create({"trackio.project": f"{project}.q"}))
+    merged = _spans(0, range(2), resource=Resource.create({"trackio.project": f"{project}/q"}))
+    assert _send(receiver.url, claimed)
+    assert _send(receiver.url, merged)  # answered, its spans rejected in partial_success
+    totals = receiver.router.totals()
+    receiver.stop()
+    assert totals["rejected"] == 4  # the second project's 2 samples of 2 spans
+    traces = read_traces(f"{project}.q")
+    assert sorted(t["metadata"]["sample_index"] for t in traces) == [0, 1]  # only the first's
