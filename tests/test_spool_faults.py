@@ -642,8 +642,9 @@ def test_samples_stored_after_the_last_checkpoint_are_counted_by_the_drainer_tha
     monkeypatch.setattr(
         drain,
         "save_checkpoint",
-        lambda path, checkpoint, fsync: checkpoint.inflight is not None
-        and real_save(path, checkpoint, fsync=fsync),
+        lambda path, checkpoint, fsync: (
+            checkpoint.inflight is not None and real_save(path, checkpoint, fsync=fsync)
+        ),
     )
     stored_in(first_engine, first, 1)
     stored_in(first_engine, first, 2)
@@ -965,6 +966,28 @@ def test_a_request_sent_again_long_after_is_stored_once(project, start_receiver,
     assert _send(receiver.url, first)  # its answer was lost: the client sends it again
     receiver.stop()
     acknowledged = _keys(first).union(*(_keys(batch) for batch in later))
+    _check("answer-lost", acknowledged, Stored(_stored_rows(project, "r")))
+
+
+def test_a_request_retried_on_the_other_receiver_of_a_fail_over_pair_is_stored_once(
+    project, start_receiver, tmp_path
+):
+    """Two receivers with one name on one Trackio folder; the client's first try reached the
+    first (which stored it) but its answer was lost, so it retries on the second, started
+    before the first stored anything."""
+    standby = start_receiver(sample_grace_seconds=0, spool=tmp_path / "b")
+    active = start_receiver(sample_grace_seconds=0, spool=tmp_path / "a")
+    earlier = _spans(9, range(2))
+    assert _send(standby.url, earlier)  # the standby took data before: it has looked around
+    _wait_until(lambda: len(_stored_rows(project, "r")) == 2, what="the earlier data")
+    batch = _spans(0, range(5)) + _spans(1, range(5))
+    assert _send(active.url, batch)
+    _wait_until(lambda: len(_stored_rows(project, "r")) == 12, what="the first try stored")
+    assert _send(standby.url, batch)  # the retry, on the other receiver
+    assert _send(standby.url, _spans(2, range(3)))  # and new data goes on
+    active.stop()
+    standby.stop()
+    acknowledged = _keys(earlier) | _keys(batch) | {(2, i) for i in range(3)}
     _check("answer-lost", acknowledged, Stored(_stored_rows(project, "r")))
 
 

@@ -596,24 +596,18 @@ def _read_run_storage(
         return None
 
 
-def stored_steps(sink: TrackioSink) -> set[int] | None:
-    """The steps at which the sink's run has Traces in Trackio's storage now (any key): where a
-    sample sent again after a restart (its first copy stored by the process before) can be.
-    None when storage cannot be read now; empty for a remote run."""
+def has_traces_at(sink: TrackioSink, step: int) -> bool | None:
+    """Whether the sink's run has a Trace stored at ``step`` now (one indexed read, cheap however
+    large the run). None when storage cannot be read now; False for a remote run."""
+    if is_remote(sink.run):
+        return False
+    from trackio.sqlite_storage import SQLiteStorage
 
-    def read(storage: Any) -> set[int]:
-        trace_steps = getattr(storage, "get_trace_steps", None)
-        if trace_steps is None:
-            _lost(
-                "SQLiteStorage.get_trace_steps",
-                "a sample sent again across a receiver's restart may be logged twice",
-            )
-            return set()
-        counts = trace_steps(sink.project, sink.run_name)
-        return {int(entry["step"]) for entry in counts.get("steps") or () if "step" in entry}
-
-    nothing: set[int] = set()
-    return _read_run_storage(sink, read, nothing, "the steps of stored traces")
+    try:
+        return bool(SQLiteStorage.get_traces(sink.project, sink.run_name, step=step, limit=1))
+    except Exception as exc:  # noqa: BLE001 - unreadable now: the caller decides
+        _logger.warning("otel-trackio: could not read the traces of step %d: %r", step, exc)
+        return None
 
 
 def stored_span_ids(sink: TrackioSink, key: str, step: int) -> set[str] | None:

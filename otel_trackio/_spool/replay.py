@@ -13,6 +13,7 @@ number were stored after the checkpoint, and join the run's count of samples log
 from __future__ import annotations
 
 import heapq
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._engine.pipeline import TracePipeline
-from otel_trackio._engine.sink import stored_span_ids, stored_steps
+from otel_trackio._engine.sink import has_traces_at, stored_span_ids
 from otel_trackio._spool.segments import Position
 
 REPLAYABLE_KEY = "replayable_samples"
@@ -51,31 +52,41 @@ class ReplayCheck:
     pipeline's ``stored_filter`` for the drainer's life; every call is under the pipeline's lock.
 
     A sample is looked up by span id in the storage of its step (read once per step, a few
-    steps kept) when it holds a span of a replayed entry, or when its step had Traces in
-    storage as this drainer began (read once, at the first sample), or at which the assembler
-    let go of spans it had logged (it remembers a bounded number): only its spans not stored
-    are logged (a continuation when some were). What this process logs itself needs it only
-    then — the assembler knows those spans (see
-    :class:`~otel_trackio._core.assembly.SampleAssembler`) — so samples of new steps pass
-    untouched, without a read.
+    steps kept, read again at most every :attr:`REREAD_SECONDS` for a sample not found) when it
+    holds a span of a replayed entry, when its step had Traces in storage as this drainer first
+    met it (stored before it began, or by another process logging to the run), or when the
+    assembler let go of spans it had logged at that step (it remembers a bounded number): only
+    its spans not stored are logged (a continuation when some were). What this process logs
+    itself needs it only then — the assembler knows those spans (see
+    :class:`~otel_trackio._core.assembly.SampleAssembler`) — so samples of a step new to the run
+    cost one indexed read for the step, none per sample.
 
     It also remembers, for every sample logged or found stored, the last entry it came in
     while that entry may still be replayed (see the module's docstring).
     """
 
     _STEPS_KEPT = 8
+    REREAD_SECONDS = 1.0
+    """A step's stored spans read longer ago than this are read again for a sample not found
+    in them (another process may be storing at that step meanwhile)."""
 
     def __init__(
         self,
         pipeline: TracePipeline,
         replayed: set[int],
         origin: Callable[[SpanRecord], Position | None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._pipeline = pipeline
         self._replayed = replayed  # span ids of replayed entries, shared by a drainer's routes
         self._origin = origin
-        self._steps_before: set[int] | None = None  # steps with Traces as this drainer began
-        self._by_step: OrderedDict[int, set[str]] = OrderedDict()
+        self._clock = clock
+        # Steps met so far, and those of them that had Traces in storage when first met (from
+        # before this drainer, or from another process logging to the run).
+        self._met: set[int] = set()
+        self._foreign: set[int] = set()
+        self._by_step: OrderedDict[int, tuple[float, set[str]]] = OrderedDict()
         self._accounted: list[int] = []  # heap: the last entry of each sample counted
         self._found = 0
         self._found_steps: set[int] = set()
@@ -85,31 +96,56 @@ class ReplayCheck:
         replayed = bool(self._replayed) and any(s.span_id in self._replayed for s in sample.spans)
         if (
             not replayed
-            and step not in self._stored_before()
+            and not self._stored_by_others(step)
             and step not in self._pipeline.assembler.forgotten_steps
         ):
             return sample
-        stored = self._by_step.get(step)
+        stored = self._stored_at(step, fresh=False)
         if stored is None:
-            pipeline = self._pipeline
-            stored = stored_span_ids(pipeline.sink, pipeline.settings.key, step)
-            if stored is None:
-                return sample  # unreadable: a duplicate beats a loss
-            self._by_step[step] = stored
-            while len(self._by_step) > self._STEPS_KEPT:
-                self._by_step.popitem(last=False)
-        else:
-            self._by_step.move_to_end(step)
+            return sample  # unreadable: a duplicate beats a loss
+        remaining = missing_spans(sample, stored)
+        if remaining is not None:  # maybe stored since the read: read again, at most every second
+            again = self._stored_at(step, fresh=True)
+            if again is not None and again is not stored:
+                remaining = missing_spans(sample, again)
         if replayed:
             for span in sample.spans:
                 self._replayed.discard(span.span_id)
-        remaining = missing_spans(sample, stored)
         if remaining is None:
             self.accounted([sample])
             if replayed:
                 self._found += 1
                 self._found_steps.add(step)
         return remaining
+
+    def _stored_by_others(self, step: int) -> bool:
+        """Whether ``step`` had Traces in storage when this drainer first met it (one indexed
+        read per step): stored before this drainer began, or by another process logging to the
+        run (one of a fail-over pair). A sample sent again to this process after another stored
+        it is looked up there. Storage unreadable: not (a duplicate beats a loss)."""
+        if step not in self._met:
+            self._met.add(step)
+            if has_traces_at(self._pipeline.sink, step):
+                self._foreign.add(step)
+        return step in self._foreign
+
+    def _stored_at(self, step: int, *, fresh: bool) -> set[str] | None:
+        """The span keys stored at ``step`` (cached for a few steps; ``fresh``: read again if
+        the cached read is older than :attr:`REREAD_SECONDS`). None when unreadable."""
+        now = self._clock()
+        cached = self._by_step.get(step)
+        if cached is not None:
+            self._by_step.move_to_end(step)
+            if not fresh or now - cached[0] < self.REREAD_SECONDS:
+                return cached[1]
+        pipeline = self._pipeline
+        stored = stored_span_ids(pipeline.sink, pipeline.settings.key, step)
+        if stored is None:
+            return None if cached is None else cached[1]
+        self._by_step[step] = (now, stored)
+        while len(self._by_step) > self._STEPS_KEPT:
+            self._by_step.popitem(last=False)
+        return stored
 
     def accounted(self, samples: Iterable[Sample]) -> None:
         """These samples are counted: stored by this drainer, or found stored."""
@@ -124,8 +160,3 @@ class ReplayCheck:
         while self._accounted and self._accounted[0] < start:
             heapq.heappop(self._accounted)
         return ReplayCounts(len(self._accounted), self._found, set(self._found_steps))
-
-    def _stored_before(self) -> set[int]:
-        if self._steps_before is None:
-            self._steps_before = stored_steps(self._pipeline.sink)
-        return self._steps_before or set()
