@@ -94,17 +94,15 @@ class ReplayCheck:
     def __call__(self, sample: Sample) -> Sample | None:
         step = sample.identity.step
         replayed = bool(self._replayed) and any(s.span_id in self._replayed for s in sample.spans)
-        if (
-            not replayed
-            and not self._stored_by_others(step)
-            and step not in self._pipeline.assembler.forgotten_steps
-        ):
+        if not replayed and not self._stored_by_others(step) and not self._forgotten(step):
             return sample
         stored = self._stored_at(step, fresh=False)
         if stored is None:
             return sample  # unreadable: a duplicate beats a loss
         remaining = missing_spans(sample, stored)
-        if remaining is not None:  # maybe stored since the read: read again, at most every second
+        if remaining is not None and step in self._foreign:
+            # Another process may have stored it since the read: read again, at most every
+            # second (this process's own writes need no new read: its assembler knows them).
             again = self._stored_at(step, fresh=True)
             if again is not None and again is not stored:
                 remaining = missing_spans(sample, again)
@@ -117,6 +115,15 @@ class ReplayCheck:
                 self._found += 1
                 self._found_steps.add(step)
         return remaining
+
+    def _forgotten(self, step: int) -> bool:
+        """Whether the assembler let go of spans it logged at ``step``, an earlier step than
+        the latest (a step still being logged is left alone: its samples are new, and reading
+        all of its Traces for each would cost more than the rare sample sent again that late)."""
+        if step not in self._pipeline.assembler.forgotten_steps:
+            return False
+        latest = self._pipeline.assembler.steps.latest()
+        return latest is not None and step < latest
 
     def _stored_by_others(self, step: int) -> bool:
         """Whether ``step`` had Traces in storage when this drainer first met it (one indexed
