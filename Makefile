@@ -17,7 +17,7 @@ OPENAI_V2_EVENTS := opentelemetry-instrumentation-openai-v2==2.3b0 wrapt==1.17.3
 # verl's wheel (1.7 MB, not installed): tests/test_verl.py runs its real verl/utils/rollout_trace.py.
 VERL_WHEEL := verl==0.9.1
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test test-packages lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,12 @@ demo: $(DEMO_STAMP)
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not real_packages"
+
+# The suites that drive third-party packages whole (agent frameworks, Ray, verl, MLflow, the AI
+# SDK on Node, Chromium): slower, and CI runs them after `make test`.
+test-packages: $(TEST_STAMP)
+	$(PY) -m pytest -q -m real_packages
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check .

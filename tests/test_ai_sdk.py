@@ -41,6 +41,8 @@ from test_frameworks import stored
 from otel_trackio._core.convert import METADATA_KEYS
 from otel_trackio._core.values import as_text
 
+pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
+
 JS = Path(__file__).resolve().parent / "js"
 STEPS = 2
 INTEGRATIONS = ("legacy", "otel")

@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 from conftest import read_traces
 
+pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = ROOT / "docs" / "trace-view.png"

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import read_logs, read_traces, wait_until
 
+pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -35,6 +35,8 @@ from fake_openai_server import (
 )
 from framework_agents import QUESTION, SAMPLES, STEPS, SYSTEM
 
+pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
+
 HERE = Path(__file__).resolve().parent
 ARGUMENTS = '{"expr": "2+2"}'
 CALL = {

@@ -34,6 +34,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_trackio import TrackioLogExporter, TrackioSpanExporter
 
+pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TOOLS = [

@@ -28,6 +28,8 @@ from otel_trackio._core.convert import sample_to_trace
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.samples import Sample, SampleIdentity
 
+pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
+
 pytest.importorskip("mlflow")
 
 HERE = Path(__file__).resolve().parent

@@ -36,6 +36,8 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 
 from otel_trackio import TrackioSpanExporter, rollout
 
+pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
+
 #: every instrumentation data format this pydantic-ai offers (2..6 in 2.68)
 VERSIONS = typing.get_args(typing.get_type_hints(InstrumentationSettings)["version"])
 SAMPLES = 2

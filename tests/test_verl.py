@@ -25,6 +25,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_trackio import TrackioSpanExporter
 
+pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
+
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
 WHEELS = sorted((Path(sys.prefix) / "verl-0.9.1").glob("verl-*.whl"))
