@@ -226,11 +226,10 @@ def _exporter(settings: TrackioSettings) -> SpanExporter:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         return OTLPSpanExporter()
-    from otel_trackio._engine.sink import open_run_by_name
+    from otel_trackio._engine.run import make_named_run_exist
     from otel_trackio.span_exporter import TrackioSpanExporter
 
-    if settings.project and settings.name and not (settings.server_url or settings.space_id):
-        open_run_by_name(settings.project, settings.name)  # every worker then resumes it
+    make_named_run_exist(settings)  # every worker then resumes it
     options: dict[str, Any] = {"resume": settings.resume or "allow"}
     if settings.offload is None:
         options["offload"] = True

@@ -475,8 +475,8 @@ class TracePipeline:
         """Every span record and GenAI event record waiting here: spans buffered for a root
         or held in a grace period (with the events joined to them), events waiting for their
         span. What a spool drainer must not forget before it is logged."""
-        self._lock.acquire()
-        try:
+
+        def collect() -> list[object]:
             items: list[object] = []
             records = list(self.assembler.records())
             records.extend(self._writes.spans())
@@ -486,5 +486,5 @@ class TracePipeline:
             items.extend(event.event for event in self.assembler.waiting_events())
             items.extend(event.event for event in self._gate.inbox)
             return items
-        finally:
-            self._unlock()
+
+        return self.read_locked(collect)

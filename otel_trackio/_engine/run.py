@@ -19,7 +19,7 @@ from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, OwnStep
 from otel_trackio._engine.grace import GracePolicy
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
-from otel_trackio._engine.sink import RunLike, TrackioSink
+from otel_trackio._engine.sink import RunLike, TrackioSink, open_run_by_name
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import PROCESS_STEPS
 from otel_trackio.metric_exporter import TrackioMetricExporter
@@ -89,6 +89,15 @@ class RunEngine:
         finally:
             if self.metrics is not None:
                 self.metrics.shutdown()
+
+
+def make_named_run_exist(settings: TrackioSettings) -> None:
+    """When ``settings`` name a local run, make sure it exists before it is opened (see
+    :func:`~otel_trackio._engine.sink.open_run_by_name`): processes that start together with one
+    name (Ray workers, a fail-over pair of receivers) then all continue that one run instead of
+    each making a run of that name."""
+    if settings.project and settings.name and not (settings.server_url or settings.space_id):
+        open_run_by_name(settings.project, settings.name)
 
 
 def build_run_engine(

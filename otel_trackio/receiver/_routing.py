@@ -28,8 +28,7 @@ from otel_trackio._codec import spool as codec
 from otel_trackio._codec.otlp import DecodedLogs, DecodedMetrics, DecodedSpans, decode_metrics
 from otel_trackio._codec.routes import Route
 from otel_trackio._engine.report import RunSummary
-from otel_trackio._engine.run import RunEngine, build_run_engine
-from otel_trackio._engine.sink import open_run_by_name
+from otel_trackio._engine.run import RunEngine, build_run_engine, make_named_run_exist
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool.drain import Drainer
@@ -100,17 +99,10 @@ def _quiet(route: RunEngine) -> bool:
 
 def _route_engine(settings: TrackioSettings) -> RunEngine:
     """The run engine of one route: spans, GenAI log events and metrics of one Trackio run.
-    A named local run is made to exist first (one process at a time, see
-    :func:`~otel_trackio._engine.sink.open_run_by_name`), so receivers that start together
-    with one name, or one after another, all continue that one run instead of each making a
-    run of that name."""
-    if (
-        settings.name is not None
-        and settings.resume == "allow"
-        and not settings.server_url
-        and not settings.space_id
-    ):
-        open_run_by_name(settings.project or "", settings.name)
+    A named run it continues is made to exist first (:func:`make_named_run_exist`), so
+    receivers that start together with one name all continue that one run."""
+    if settings.resume == "allow":
+        make_named_run_exist(settings)
     return build_run_engine(settings, transport="receiver", decode_metrics=_spooled_metrics)
 
 
