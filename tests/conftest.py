@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 import uuid
+from typing import Any
 
 # A child process of the test session that imports a test module (and so this one) keeps the
 # TRACKIO_DIR it was given: otel-trackio reads the variable when an exporter is built, not when
@@ -146,6 +147,16 @@ def trace_usage(trace: dict) -> dict[str, int]:
         for key, value in (span.get("usage") or {}).items():
             totals[key] = totals.get(key, 0) + value
     return totals
+
+
+def stored(trace: dict) -> list[dict[str, Any]]:
+    """A Trace's conversation without the one-line preview a tool-call turn gets as content."""
+    return [
+        {**m, "content": ""}
+        if m.get("tool_calls") and str(m.get("content")).startswith("[tool call] ")
+        else m
+        for m in trace["messages"]
+    ]
 
 
 def root_span_id(trace: dict) -> str | None:

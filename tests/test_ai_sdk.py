@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_traces
+from conftest import read_traces, stored
 from test_conventions import SAMPLE, facts_of, one_trace, traced
-from test_frameworks import stored
 
 from otel_trackio._core.convert import METADATA_KEYS
 from otel_trackio._core.values import as_text

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import read_traces, trace_usage
+from conftest import read_traces, stored, trace_usage
 from test_conventions import SAMPLE, _event, facts_of, one_trace, traced
 
 from otel_trackio._core.conventions import dialects
@@ -300,3 +300,212 @@ def test_value_only_calls_alone_give_the_conversation(project):
         {"role": "user", "content": '{"question": "q"}'},
         {"role": "assistant", "content": "a"},
     ]
+
+
+# -- Google ADK ------------------------------------------------------------------------------------
+# (tests/test_adk.py runs ADK itself; these are the shapes it sends, each rule on its own)
+
+ADK_REQUEST = {
+    "model": "gemini-test",
+    "config": {"system_instruction": {"parts": [{"text": "be brief"}]}, "tools": []},
+    "contents": [
+        {"role": "user", "parts": [{"text": "2+2?"}]},
+        {
+            "role": "model",
+            "parts": [
+                {"text": "let me add", "thought": True},
+                {"function_call": {"id": "c1", "name": "calc", "args": {"expr": "2+2"}}},
+                {"function_call": {"id": "c2", "name": "calc", "args": {"expr": "3+3"}}},
+            ],
+        },
+        {
+            "role": "user",
+            "parts": [
+                {"function_response": {"id": "c1", "name": "calc", "response": {"result": "4"}}},
+                {"function_response": {"id": "c2", "name": "calc", "response": {"result": "6"}}},
+            ],
+        },
+    ],
+}
+ADK_CALLS = [
+    {"id": f"c{i}", "type": "function", "function": {"name": "calc", "arguments": arguments}}
+    for i, arguments in ((1, '{"expr": "2+2"}'), (2, '{"expr": "3+3"}'))
+]
+ADK_TURNS = [
+    {"role": "user", "content": "2+2?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": ADK_CALLS,
+        "reasoning_content": "let me add",
+    },
+    {"role": "tool", "content": '{"result": "4"}', "tool_call_id": "c1"},
+    {"role": "tool", "content": '{"result": "6"}', "tool_call_id": "c2"},
+]
+ADK_RESPONSE = {
+    "content": {"role": "model", "parts": [{"text": "4 and 6"}]},
+    "finish_reason": "STOP",
+    "usage_metadata": {"prompt_token_count": 9, "candidates_token_count": 2},
+}
+
+
+def test_adk_call_llm_json_is_the_model_call():
+    """ADK's 1.x format: the request and response JSON on ``call_llm`` are its messages (Gemini's
+    ``model`` role is the assistant), model and usage; ADK's empty ``{}`` keys are no content."""
+    facts = facts_of(
+        {
+            "gcp.vertex.agent.llm_request": json.dumps(ADK_REQUEST),
+            "gcp.vertex.agent.llm_response": json.dumps(ADK_RESPONSE),
+            "gcp.vertex.agent.tool_response": "{}",
+            "gen_ai.system": "gcp.vertex.agent",
+        }
+    )
+    assert facts.kind == "generation"
+    assert facts.system_messages == [{"role": "system", "content": "be brief"}]
+    assert facts.input_messages == ADK_TURNS
+    assert facts.output_messages == [
+        {"role": "assistant", "content": "4 and 6", "finish_reason": "STOP"}
+    ]
+    assert (facts.model, facts.usage) == (
+        "gemini-test",
+        {"input_tokens": 9, "output_tokens": 2, "total_tokens": 11},
+    )
+    assert {
+        "gcp.vertex.agent.llm_request",
+        "gcp.vertex.agent.llm_response",
+        "gcp.vertex.agent.tool_response",
+    } <= facts.consumed
+
+
+def test_adk_events_carry_gemini_contents_whose_own_role_wins():
+    """ADK's log events (1.x format, capture on) hold Gemini Contents; the model's earlier turns
+    come as ``gen_ai.user.message`` events with role ``model``."""
+    events = [
+        _event("gen_ai.system.message", {"content": "be brief"}),
+        *(_event("gen_ai.user.message", {"content": c}) for c in ADK_REQUEST["contents"]),
+        _event("gen_ai.choice", {"content": ADK_RESPONSE["content"], "index": 0}),
+    ]
+    facts = facts_of({"gen_ai.operation.name": "generate_content"}, events=tuple(events))
+    assert facts.input_messages == ADK_TURNS
+    assert facts.output_messages == [{"role": "assistant", "content": "4 and 6"}]
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        # ADK without content capture
+        (
+            ("gen_ai.system.message", {"content": "<elided>"}),
+            ("gen_ai.user.message", {"content": "<elided>"}),
+            ("gen_ai.choice", {"content": "<elided>", "index": 0}),
+        ),
+        # openai-v2's per-message events without content capture: no content at all
+        (
+            ("gen_ai.user.message", {"gen_ai.system": "openai"}),
+            ("gen_ai.tool.message", {"id": "c1"}),
+            (
+                "gen_ai.choice",
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant"}},
+            ),
+        ),
+    ],
+    ids=["elided", "left-out"],
+)
+def test_placeholders_are_no_messages(events):
+    """Message events whose content is a placeholder or left out are no messages: a model call
+    with nothing else keeps model and usage, no conversation, and a note saying why."""
+    facts = facts_of(
+        {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 3},
+        events=tuple(_event(name, attributes) for name, attributes in events),
+    )
+    assert (facts.kind, facts.input_messages, facts.output_messages) == ("generation", None, None)
+    assert not facts.system_messages and facts.input is None and facts.output is None
+    assert "not captured" in facts.extra_metadata["otel_trackio.note"]
+    # Real content next to a placeholder is kept, and a tool call without content is a message.
+    call = {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "calc"}}]}
+    facts = facts_of(
+        {"gen_ai.operation.name": "chat"},
+        events=(
+            _event("gen_ai.system.message", {"content": "<elided>"}),
+            _event("gen_ai.user.message", {"content": "2+2?"}),
+            _event("gen_ai.assistant.message", call),
+        ),
+    )
+    assert [m["role"] for m in facts.input_messages] == ["user", "assistant"]
+
+
+def test_openinference_hidden_values_are_no_messages():
+    """OpenInference with ``OPENINFERENCE_HIDE_INPUTS``/``_OUTPUTS`` writes ``__REDACTED__``."""
+    facts = facts_of(
+        {
+            "openinference.span.kind": "LLM",
+            "input.value": "__REDACTED__",
+            "output.value": "__REDACTED__",
+            "llm.token_count.prompt": 3,
+        }
+    )
+    assert (facts.kind, facts.input_messages, facts.output_messages) == ("generation", None, None)
+    assert facts.input is None and facts.output is None
+    assert "not captured" in facts.extra_metadata["otel_trackio.note"]
+
+
+def test_adk_merged_tools_span_is_no_tool_call_and_function_responses_are_their_response():
+    merged = facts_of(
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "(merged tools)",
+            "gcp.vertex.agent.tool_call_args": "N/A",
+        }
+    )
+    assert merged.kind == "span" and merged.input is None
+    # OpenInference-ADK records a tool's output as the whole FunctionResponse.
+    tool = facts_of(
+        {
+            "openinference.span.kind": "TOOL",
+            "input.value": '{"expr": "2+2"}',
+            "output.value": '{"id": "c1", "name": "calc", "response": {"result": "4"}}',
+        }
+    )
+    assert (tool.input, tool.output) == ({"expr": "2+2"}, {"result": "4"})
+
+
+def _adk_call(tracer, name: str, attributes: dict[str, Any]):
+    usage = {"gen_ai.usage.input_tokens": 9, "gen_ai.usage.output_tokens": 2}
+    return tracer.start_as_current_span(
+        name, attributes={"gen_ai.request.model": "gemini-test", **usage, **attributes}
+    )
+
+
+@pytest.mark.parametrize("child_events", [False, True], ids=["bare", "same-messages"])
+def test_one_model_call_recorded_twice_counts_once(project, child_events):
+    """ADK 1.x: ``generate_content`` (model, usage, maybe the same messages as events) under
+    ``call_llm`` (the request and response) is one call: one generation, its tokens once. A
+    nested call with other usage is a call of its own."""
+    with traced(project) as (tracer, _):
+        with tracer.start_as_current_span("rollout", attributes=SAMPLE):
+            with _adk_call(
+                tracer,
+                "call_llm",
+                {
+                    "gcp.vertex.agent.llm_request": json.dumps(ADK_REQUEST),
+                    "gcp.vertex.agent.llm_response": json.dumps(ADK_RESPONSE),
+                },
+            ):
+                with _adk_call(
+                    tracer, "generate_content", {"gen_ai.operation.name": "generate_content"}
+                ) as child:
+                    for content in ADK_REQUEST["contents"] if child_events else ():
+                        child.add_event("gen_ai.user.message", {"content": json.dumps(content)})
+            with _adk_call(tracer, "outer", {"gen_ai.operation.name": "chat"}):
+                with _adk_call(
+                    tracer,
+                    "inner",
+                    {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 4},
+                ):
+                    pass
+    trace = one_trace(project)
+    kinds = {s["name"]: s["kind"] for s in trace["spans"]}
+    assert kinds["call_llm"] == "generation" and kinds["generate_content"] == "span"
+    assert kinds["outer"] == kinds["inner"] == "generation"
+    assert trace_usage(trace)["input_tokens"] == 9 + 9 + 4
+    assert stored(trace)[1:] == [*ADK_TURNS, {"role": "assistant", "content": "4 and 6"}]

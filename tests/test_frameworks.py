@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_traces, root_span_id, trace_usage
+from conftest import read_traces, root_span_id, stored, trace_usage
 from fake_openai_server import (
     INPUT_TOKENS,
     MODEL,
@@ -124,16 +124,6 @@ def sent(request: dict[str, Any], answer: dict[str, Any]) -> list[dict[str, Any]
             m["tool_call_id"] = message["tool_call_id"]
         out.append(m)
     return out
-
-
-def stored(trace: dict) -> list[dict[str, Any]]:
-    """A Trace's conversation without the one-line preview a tool-call turn gets as content."""
-    return [
-        {**m, "content": ""}
-        if m.get("tool_calls") and str(m.get("content")).startswith("[tool call] ")
-        else m
-        for m in trace["messages"]
-    ]
 
 
 def check_samples(traces: list[dict], requests: list[dict[str, Any]], answer: Reply) -> None:

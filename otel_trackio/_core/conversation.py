@@ -25,7 +25,10 @@ generation with messages of its own (LlamaIndex's outer ``achat``/``astream_chat
 plain span (no turns, no usage). When any generation of the sample has messages of its own, the
 value-only ones add no turns from values that are no chat request/response (Python reprs, tool
 lists, arguments), and one left with nothing (no turns, usage or token ids) is a plain span too
-(LlamaIndex's ``_prepare_chat_with_tools``).
+(LlamaIndex's ``_prepare_chat_with_tools``). A generation directly under a generation with the
+same model and usage is the same call recorded twice (ADK 1.x's ``generate_content`` under its
+``call_llm``): the record that says no more than the other is a plain span, so the call's tokens
+count once.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from difflib import SequenceMatcher
 from typing import Any
 
-from otel_trackio._core.conventions import SpanFacts, tokens
+from otel_trackio._core.conventions import NO_CONTENT_NOTE, NOTE_KEY, SpanFacts, tokens
 from otel_trackio._core.conventions._common import parse_json
 from otel_trackio._core.records import SpanRecord
 from otel_trackio.settings import TokenDecoder
@@ -193,10 +196,57 @@ def _new_text(
     return rest.strip()
 
 
+def _one_record_per_call(spans: Sequence[SpanRecord], facts: Sequence[SpanFacts]) -> None:
+    """A generation directly under a generation with the same model and usage is one model call
+    recorded twice (ADK 1.x: ``generate_content`` under ``call_llm``): the record that says no
+    more than the other becomes a plain span, so the call's tokens count once."""
+    index = {s.span_id: i for i, s in enumerate(spans)}
+    for i, record in enumerate(facts):
+        parent_id = spans[i].parent_id
+        parent = index.get(parent_id) if parent_id is not None else None
+        if parent is None or record.kind != "generation" or not record.usage:
+            continue
+        first = facts[parent]
+        if first.kind != "generation" or (record.model, record.usage) != (first.model, first.usage):
+            continue
+        if _says_no_more(record, first):
+            _second_record(record, first)
+        elif _says_no_more(first, record):
+            _second_record(first, record)
+
+
+def _second_record(second: SpanFacts, kept: SpanFacts) -> None:
+    """``second`` is a plain span now; its note that content was left out moves to ``kept``
+    unless ``kept`` has the content."""
+    second.kind = "span"
+    if second.extra_metadata.get(NOTE_KEY) == NO_CONTENT_NOTE:
+        del second.extra_metadata[NOTE_KEY]
+        if not kept.has_own_messages:
+            kept.extra_metadata.setdefault(NOTE_KEY, NO_CONTENT_NOTE)
+
+
+def _says_no_more(record: SpanFacts, first: SpanFacts) -> bool:
+    """True when each of ``record``'s system, input and output messages is missing or the same
+    as ``first``'s (ADK's events give no reply where its ``call_llm`` span does)."""
+    return all(
+        not mine or _same_turns(mine, theirs)
+        for mine, theirs in (
+            (record.system_messages, first.system_messages),
+            (record.input_messages, first.input_messages),
+            (record.output_messages, first.output_messages),
+        )
+    )
+
+
+def _same_turns(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]] | None) -> bool:
+    return [_clean(m) for m in a] == [_clean(m) for m in b or []]
+
+
 def settle_model_calls(spans: Sequence[SpanRecord], facts: Sequence[SpanFacts]) -> None:
     """Decide, for the whole sample, which generations are model calls and which of their
     turns count (rules in the module docstring). ``facts[i]`` belongs to ``spans[i]``; the
     facts are updated in place (kind, messages)."""
+    _one_record_per_call(spans, facts)
     generations = [i for i, f in enumerate(facts) if f.kind == "generation"]
     own = [i for i in generations if facts[i].has_own_messages]
     if not own:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_trackio._core.conventions import (
+    adk,
     ai_sdk,
     dialects,
     mlflow,
@@ -50,6 +51,7 @@ from otel_trackio._core.conventions import (
     tokens,
 )
 from otel_trackio._core.conventions._common import (
+    PLACEHOLDER_TEXTS,
     Messages,
     normalize_message,
     normalize_messages,
@@ -59,7 +61,7 @@ from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.values import as_float, as_int, as_text
 from otel_trackio.settings import TrackioSettings
 
-__all__ = ["SpanFacts", "parse_json", "read_span_facts"]
+__all__ = ["NOTE_KEY", "NO_CONTENT_NOTE", "SpanFacts", "parse_json", "read_span_facts"]
 
 _DEFAULT_SETTINGS = TrackioSettings()
 
@@ -81,6 +83,13 @@ PROVIDER_KEYS = (
     "llm.provider",
     "llm.system",
     *ai_sdk.PROVIDER_KEYS,
+)
+#: where a span's notes go in its metadata
+NOTE_KEY = "otel_trackio.note"
+#: span metadata note on a model call whose instrumentation sent placeholders for its messages
+NO_CONTENT_NOTE = (
+    "message content not captured (the instrumentation sent placeholders): turn content capture"
+    " on, see docs/conventions.md#content-capture"
 )
 #: span metadata note on a sample root LiteLLM wrote its model-call attributes onto
 LITELLM_ROOT_NOTE = (
@@ -147,6 +156,9 @@ def read_span_facts(span: SpanRecord, settings: TrackioSettings | None = None) -
     facts.usage = _read_usage(attrs, facts.consumed)
     facts.cost_usd = _read_cost(attrs, facts.consumed)
     found_messages = _read_messages(span, attrs, facts, view)
+    if adk.REQUEST_KEY in attrs or adk.RESPONSE_KEY in attrs:
+        facts.model = facts.model or adk.model(attrs)
+        facts.usage = facts.usage or adk.usage(attrs)
     text = tokens.read(
         {**attrs, **view.token_fields} if view is not None and view.token_fields else attrs,
         settings.token_decoder,
@@ -170,7 +182,7 @@ def read_span_facts(span: SpanRecord, settings: TrackioSettings | None = None) -
     if text.output is not None:
         _fill(facts, "output", text.output, "response text")
     if settings.sample_attribute in attrs and dialects.wrote_on_root(attrs):
-        facts.extra_metadata["otel_trackio.note"] = LITELLM_ROOT_NOTE
+        facts.extra_metadata[NOTE_KEY] = LITELLM_ROOT_NOTE
     return facts
 
 
@@ -195,7 +207,9 @@ def _explicit_kind(attrs: Mapping[str, Any]) -> str | None:
     if isinstance(operation, str):
         if operation in GENERATION_OPERATIONS:
             return "generation"
-        return "tool" if operation in TOOL_OPERATIONS else "span"
+        if operation in TOOL_OPERATIONS and not adk.is_merged_tools(attrs):
+            return "tool"
+        return "span"
     return openinference.kind(attrs) or openllmetry.kind(attrs) or ai_sdk.kind(attrs)
 
 
@@ -301,9 +315,13 @@ def _read_messages(
         sources.append(openllmetry.read(attrs, facts.consumed))
     if ai_sdk.OPERATION_KEY in attrs:
         sources.append(ai_sdk.read(attrs, facts.consumed))
+    if adk.REQUEST_KEY in attrs or adk.RESPONSE_KEY in attrs:
+        sources.append(adk.read(attrs, facts.consumed))
     if view is not None:
         sources.append(view.messages)
     for found in sources:
+        if found.placeholders:
+            facts.extra_metadata[NOTE_KEY] = NO_CONTENT_NOTE
         if found.system and not facts.system_messages:
             facts.system_messages = found.system
         if found.inputs is not None and facts.input_messages is None:
@@ -328,12 +346,14 @@ _TOOL_INPUT_KEYS = (
     "gen_ai.tool.call.arguments",
     "tool_arguments",
     ai_sdk.TOOL_INPUT_KEY,
+    adk.TOOL_ARGS_KEY,
     *_INPUT_KEYS,
 )
 _TOOL_OUTPUT_KEYS = (
     "gen_ai.tool.call.result",
     "tool_response",
     ai_sdk.TOOL_OUTPUT_KEY,
+    adk.TOOL_RESPONSE_KEY,
     *_OUTPUT_KEYS,
 )
 
@@ -355,12 +375,17 @@ def _read_io(attrs: Mapping[str, Any], facts: SpanFacts, view: mlflow.MlflowView
         ("output", _TOOL_OUTPUT_KEYS if tool else (*_OUTPUT_KEYS, "gen_ai.tool.call.result")),
     ):
         for key in keys:
-            if key in attrs:
-                setattr(facts, side, _value(attrs, key))
-                facts.consumed.add(key)
-                if key.endswith(".value"):
-                    facts.consumed.add(f"{key[: -len('.value')]}.mime_type")
+            if key not in attrs or adk.says_nothing(key, attrs[key]):
+                continue
+            if isinstance(attrs[key], str) and attrs[key] in PLACEHOLDER_TEXTS:
+                facts.consumed.add(key)  # e.g. OpenInference's hidden inputs: no content
+                facts.extra_metadata[NOTE_KEY] = NO_CONTENT_NOTE
                 break
+            setattr(facts, side, _value(attrs, key))
+            facts.consumed.add(key)
+            if key.endswith(".value"):
+                facts.consumed.add(f"{key[: -len('.value')]}.mime_type")
+            break
     if view is not None:
         if facts.input is None:
             facts.input = view.input
@@ -372,7 +397,7 @@ def _read_io(attrs: Mapping[str, Any], facts: SpanFacts, view: mlflow.MlflowView
             facts.input = _tool_value(inputs)
         if facts.output is None and facts.output_messages:
             facts.output = _tool_value(facts.output_messages)
-        facts.output = dialects.block_text(facts.output)
+        facts.output = adk.function_response(dialects.block_text(facts.output))
         return
     if facts.input_messages is not None or facts.system_messages:
         facts.input = inputs

@@ -23,13 +23,20 @@ Messages = list[dict[str, Any]]
 @dataclass(frozen=True, slots=True)
 class MessageForms:
     """What one convention found on a span: system messages, input messages, output messages
-    (``None`` where that convention carried nothing)."""
+    (``None`` where that convention carried nothing); ``placeholders``: it also carried messages
+    whose content was left out (capture off), which are not among them."""
 
     system: Messages = field(default_factory=list)
     inputs: Messages | None = None
     outputs: Messages | None = None
+    placeholders: bool = False
 
 
+#: What instrumentations write in place of content they were told not to capture: ADK's and the
+#: OTel GenAI packages' ``<elided>``, OpenInference's ``__REDACTED__``.
+PLACEHOLDER_TEXTS = frozenset({"<elided>", "__REDACTED__"})
+#: Roles that mean the assistant: Gemini's ``model`` (ADK, OpenInference-ADK, Gemini events).
+ASSISTANT_ROLES = {"model": "assistant"}
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 # message keys read on every message; anything else sends it through the slower optional reads.
 _PLAIN_KEYS = frozenset({"role", "parts", "content", "tool_calls", "tool_call_id", "id"})
@@ -147,7 +154,8 @@ def normalize_message(message: Any, default_role: str = "user") -> dict[str, Any
     """
     if not is_map(message):
         return {"role": default_role, "content": as_text(message)}
-    out: dict[str, Any] = {"role": as_text(message.get("role")) or default_role}
+    role = as_text(message.get("role")) or default_role
+    out: dict[str, Any] = {"role": ASSISTANT_ROLES.get(role, role)}
     raw_calls = message.get("tool_calls")
     tool_calls = (
         [] if raw_calls is None else [tool_call(c) for c in _as_list(parse_json(raw_calls))]
@@ -185,7 +193,7 @@ def normalize_message(message: Any, default_role: str = "user") -> dict[str, Any
         out["tool_call_id"] = as_text(call_id)
     if not message.keys() <= _PLAIN_KEYS:
         for key in ("name", "finish_reason"):
-            if message.get(key) is not None:
+            if message.get(key) not in (None, ""):
                 out[key] = as_text(message.get(key))
         for key in ("reasoning_content", "reasoning"):
             if isinstance(message.get(key), str):

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from otel_trackio._core.conventions import adk
 from otel_trackio._core.conventions._common import (
+    PLACEHOLDER_TEXTS,
     MessageForms,
     Messages,
     normalize_message,
@@ -85,16 +87,27 @@ def read_events(
         return MessageForms(system, inputs, outputs)
     per_message: Messages = []
     choices: Messages = []
+    placeholders = False
     for index, event in enumerate(events):
         attrs = event.attributes
         if event.name in MESSAGE_EVENTS:
             consumed_events.add(offset + index)
-            message = dict(attrs)
-            message.setdefault("role", MESSAGE_EVENTS[event.name])
-            per_message.extend(normalize_turns(message, MESSAGE_EVENTS[event.name]))
+            role = MESSAGE_EVENTS[event.name]
+            content = parse_json(attrs.get("content"))
+            if adk.is_content(content):
+                turns = adk.content_turns(content, role)
+            else:
+                turns = normalize_turns({"role": role, **attrs}, role)
+            kept = [turn for turn in turns if not content_left_out(turn)]
+            placeholders = placeholders or len(kept) < len(turns)
+            per_message.extend(kept)
         elif event.name == "gen_ai.choice":
             consumed_events.add(offset + index)
-            choices.append(_choice(attrs))
+            choice = _choice(attrs)
+            if content_left_out(choice):
+                placeholders = True
+            else:
+                choices.append(choice)
         elif event.name == "gen_ai.content.prompt" and "gen_ai.prompt" in attrs:
             consumed_events.add(offset + index)
             inputs = normalize_messages(attrs["gen_ai.prompt"], "user")
@@ -106,11 +119,26 @@ def read_events(
         inputs = [m for m in per_message if m["role"] != "system"]
     if choices:
         outputs = choices
-    return MessageForms(system, inputs, outputs)
+    return MessageForms(system, inputs, outputs, placeholders)
+
+
+def content_left_out(message: Mapping[str, Any]) -> bool:
+    """True for a message event with its content left out (capture off): no tool calls and a
+    content that is empty or a placeholder (``<elided>``)."""
+    content = message.get("content")
+    return not message.get("tool_calls") and (
+        content is None
+        or content == ""
+        or (isinstance(content, str) and content in PLACEHOLDER_TEXTS)
+    )
 
 
 def _choice(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    message = parse_json(attrs.get("message"))
+    content = parse_json(attrs.get("content"))
+    if adk.is_content(content):  # a model reply is one turn
+        message: Any = next(iter(adk.content_turns(content, "assistant")), {})
+    else:
+        message = parse_json(attrs.get("message"))
     if not isinstance(message, Mapping):
         flat = {k[len("message.") :]: v for k, v in attrs.items() if k.startswith("message.")}
         message = flat or {"content": message}
