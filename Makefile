@@ -16,13 +16,15 @@ OPENLLMETRY_JSON := opentelemetry-instrumentation-openai==0.62.4 opentelemetry-s
 OPENAI_V2_EVENTS := opentelemetry-instrumentation-openai-v2==2.3b0 wrapt==1.17.3
 # verl's wheel (1.7 MB, not installed): tests/test_verl.py runs its real verl/utils/rollout_trace.py.
 VERL_WHEEL := verl==0.9.1
-# google-adk 2.13 pins opentelemetry-sdk<=1.44, below the test install's SDK, so it gets an
-# environment of its own (with otel-trackio, OpenInference's ADK instrumentation and the OTLP/gRPC
-# exporter) in which tests/test_adk.py runs the agent; only `make test-packages` makes it.
-ADK_ENV := $(VENV)/adk-2.13
-ADK_STAMP := $(ADK_ENV)/.installed
-ADK_PACKAGES := google-adk==2.13.0 openinference-instrumentation-google-adk==1.0.5 \
-	opentelemetry-exporter-otlp-proto-grpc==1.44.0
+# The agent stacks that cannot share the test install: google-adk 2.13 pins opentelemetry-sdk<=1.44,
+# util-genai 1.3b0 is newer than the 1.1b0 openai-v2 2.4b0 needs. They resolve together in an
+# environment of their own (with otel-trackio from this checkout and the OTLP/gRPC exporter), where
+# tests/test_adk.py and test_frameworks.py run them; only `make test-packages` makes it.
+STACKS_ENV := $(VENV)/genai-stacks
+STACKS_STAMP := $(STACKS_ENV)/.installed
+STACKS_PACKAGES := google-adk==2.13.0 openinference-instrumentation-google-adk==1.0.5 \
+	agent-framework-core==1.23.0 agent-framework-openai==1.17.0 opentelemetry-util-genai==1.3b0 \
+	openai==3.57.0 opentelemetry-exporter-otlp-proto-grpc==1.44.0
 
 .PHONY: venv demo test test-packages lint bench clean
 
@@ -41,9 +43,9 @@ $(TEST_STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip download --quiet --no-deps --dest $(VENV)/verl-0.9.1 $(VERL_WHEEL)
 	touch $@ $(DEMO_STAMP)
 
-$(ADK_STAMP): pyproject.toml Makefile | $(PY)
-	$(PYTHON) -m venv $(ADK_ENV)
-	$(ADK_ENV)/bin/python -m pip install --quiet -e . $(ADK_PACKAGES)
+$(STACKS_STAMP): pyproject.toml Makefile | $(PY)
+	$(PYTHON) -m venv $(STACKS_ENV)
+	$(STACKS_ENV)/bin/python -m pip install --quiet -e . $(STACKS_PACKAGES)
 	touch $@
 
 venv: $(TEST_STAMP)
@@ -57,8 +59,8 @@ test: $(TEST_STAMP)
 	$(PY) -m pytest -q -m "not real_packages"
 
 # The suites that drive third-party packages whole (agent frameworks, Ray, verl, MLflow, the AI
-# SDK on Node, Chromium, Google ADK): slower, and CI runs them after `make test`.
-test-packages: $(TEST_STAMP) $(ADK_STAMP)
+# SDK on Node, Chromium, Google ADK, Agent Framework): slower, and CI runs them after `make test`.
+test-packages: $(TEST_STAMP) $(STACKS_STAMP)
 	$(PY) -m pytest -q -m real_packages
 
 lint: $(TEST_STAMP)

@@ -2,7 +2,7 @@
 
     python tests/adk_agent.py MODE PROJECT [ENDPOINT]
 
-Runs in the ADK folder's own environment (``.venv/adk-2.13``: google-adk 2.13 pins
+Runs in the environment of the agent stacks (``.venv/genai-stacks``: google-adk 2.13 pins
 ``opentelemetry-sdk<=1.44``). ``otel_trackio.configure(PROJECT, "run")`` installs the global
 providers (or, with ENDPOINT, the official OTLP/gRPC exporters send to a receiver there), then
 2 steps x 2 samples each run ADK's ``LlmAgent`` once under ``otel_trackio.rollout(step, i)`` and

@@ -177,11 +177,96 @@ def llama_index_agent(base_url: str, mode: str) -> Callable[[], Any]:
     return lambda: asyncio.run(run())
 
 
+def agent_framework_agent(base_url: str, mode: str) -> Callable[[], Any]:
+    from agent_framework import Agent, tool
+    from agent_framework.observability import enable_instrumentation
+    from agent_framework.openai import OpenAIChatCompletionClient
+
+    enable_instrumentation(enable_sensitive_data=True, enable_message_events=mode == "events")
+    client = OpenAIChatCompletionClient(model=MODEL, base_url=base_url, api_key="k")
+    agent = Agent(client=client, instructions=SYSTEM, tools=[tool(calculator)])
+
+    async def run() -> str:
+        return str(await agent.run(QUESTION))
+
+    return lambda: asyncio.run(run())
+
+
+def util_genai_agent(base_url: str, mode: str) -> Callable[[], Any]:
+    """The calculator loop on the ``openai`` client, each call and the tool recorded with
+    ``opentelemetry-util-genai``'s ``TelemetryHandler`` (what GenAI instrumentations build on);
+    MODE is the content capture mode."""
+    import openai
+    from opentelemetry.util.genai.handler import get_telemetry_handler
+    from opentelemetry.util.genai.types import (
+        InputMessage,
+        OutputMessage,
+        TextPart,
+        ToolCallRequestPart,
+        ToolCallResponsePart,
+    )
+
+    client = openai.OpenAI(base_url=base_url, api_key="k")
+    handler = get_telemetry_handler()
+
+    def parts_of(message: dict[str, Any]) -> list[Any]:
+        parts: list[Any] = [TextPart(content=message["content"])] if message.get("content") else []
+        for call in message.get("tool_calls") or []:
+            function = call["function"]
+            parts.append(
+                ToolCallRequestPart(
+                    id=call["id"], name=function["name"], arguments=function["arguments"]
+                )
+            )
+        if message["role"] == "tool":
+            parts = [ToolCallResponsePart(id=message["tool_call_id"], response=message["content"])]
+        return parts
+
+    def call(messages: list[dict[str, Any]]) -> Any:
+        with handler.inference("openai", request_model=MODEL) as invocation:
+            invocation.system_instruction = [TextPart(content=SYSTEM)]
+            invocation.input_messages = [
+                InputMessage(role=m["role"], parts=parts_of(m)) for m in messages[1:]
+            ]
+            response = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+            choice = response.choices[0]
+            reply = choice.message.model_dump(exclude_none=True)
+            invocation.output_messages = [
+                OutputMessage(
+                    role="assistant", parts=parts_of(reply), finish_reason=choice.finish_reason
+                )
+            ]
+            invocation.response_model_name = response.model
+            invocation.input_tokens = response.usage.prompt_tokens
+            invocation.output_tokens = response.usage.completion_tokens
+        return reply
+
+    def run() -> str:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": QUESTION},
+        ]
+        first = call(messages)
+        messages.append(first)
+        for tool_call in first["tool_calls"]:
+            with handler.tool("calculator") as tool:
+                tool.tool_call_id = tool_call["id"]
+                tool.arguments = tool_call["function"]["arguments"]
+                result = calculator("2+2")
+                tool.tool_result = result
+            messages.append({"role": "tool", "tool_call_id": tool_call["id"], "content": result})
+        return str(call(messages)["content"])
+
+    return run
+
+
 AGENTS: dict[str, Callable[[str, str], Callable[[], Any]]] = {
     "litellm": litellm_agent,
     "strands": strands_agent,
     "smolagents": smolagents_agent,
     "llama_index": llama_index_agent,
+    "agent_framework": agent_framework_agent,
+    "util_genai": util_genai_agent,
 }
 
 

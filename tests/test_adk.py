@@ -2,7 +2,7 @@
 
 ``tests/adk_agent.py`` runs ADK's ``LlmAgent`` with a ``BaseLlm`` that scripts Gemini's side (the
 calculator agent: sample 0 calls one tool, sample 1 two in parallel) in the ADK folder's own
-environment (``.venv/adk-2.13``, made by ``make test-packages``: ADK pins
+environment (``.venv/genai-stacks``, made by ``make test-packages``: ADK pins
 ``opentelemetry-sdk<=1.44``), in process or through ``otel-trackio serve`` over OTLP/gRPC. ADK's
 span format and content capture are chosen with ADK's own variables, as a user sets them. Every
 Trace read back from real Trackio storage must hold the conversation the agent had (the system
@@ -25,7 +25,7 @@ from conftest import read_traces, stored, trace_usage
 pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
 HERE = Path(__file__).resolve().parent
-ADK_PYTHON = HERE.parent / ".venv" / "adk-2.13" / "bin" / "python"
+ADK_PYTHON = HERE.parent / ".venv" / "genai-stacks" / "bin" / "python"
 MODEL = "gemini-test"
 QUESTION = "what is 2+2?"
 ANSWER = "the answer is 4"

@@ -10,7 +10,9 @@ answer — once each, in order), the right span kinds, and the usage of exactly 
 
 Versions (the ``framework-tests`` extra): litellm 1.110.2, strands-agents 1.62.0, smolagents
 1.26.0 + openinference-instrumentation-smolagents 0.1.43, llama-index-core 0.14.25 +
-openinference-instrumentation-llama-index 4.6.1.
+openinference-instrumentation-llama-index 4.6.1; in the agent stacks' environment
+(``.venv/genai-stacks``): agent-framework-core 1.23.0 + agent-framework-openai 1.17.0, and a
+loop on the ``openai`` client recorded with opentelemetry-util-genai 1.3b0's ``TelemetryHandler``.
 """
 
 from __future__ import annotations
@@ -72,7 +74,20 @@ MODES: dict[tuple[str, str], dict[str, str]] = {
     },
     ("llama_index", "stream"): {},
     ("llama_index", "no-stream"): {},
+    ("agent_framework", "attributes"): {},
+    ("agent_framework", "events"): {},
+    ("agent_framework", "genai-latest"): GENAI_LATEST,
+    **{
+        ("util_genai", capture): {
+            **GENAI_LATEST,
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": capture,
+        }
+        for capture in ("SPAN_ONLY", "SPAN_AND_EVENT", "EVENT_ONLY")
+    },
 }
+#: frameworks that run in the agent stacks' own environment (`make test-packages` makes it)
+STACKS_PYTHON = HERE.parent / ".venv" / "genai-stacks" / "bin" / "python"
+IN_STACKS = frozenset({"agent_framework", "util_genai"})
 
 
 def run_framework(
@@ -85,9 +100,11 @@ def run_framework(
             **MODES.get((framework, mode), {}),
             "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
         }
+        python = STACKS_PYTHON if framework in IN_STACKS else Path(sys.executable)
+        assert python.exists(), f"{python} is missing: `make test-packages` makes it"
         result = subprocess.run(
             [
-                sys.executable,
+                str(python),
                 str(HERE / "framework_agents.py"),
                 framework,
                 mode,
@@ -262,3 +279,29 @@ def test_llama_index(project, mode):
         assert tool["name"] == "FunctionTool.acall"
         names = [s["name"] for s in trace["spans"]]
         assert names.count(call) == 4 and names.count("OpenAILike._prepare_chat_with_tools") == 2
+
+
+@pytest.mark.parametrize("mode", ["attributes", "events", "genai-latest"])
+def test_agent_framework(project, mode):
+    """Microsoft Agent Framework's own GenAI spans (``enable_sensitive_data=True``), its messages
+    on the spans or also as log events, in its default and its latest GenAI conventions."""
+    for trace in check_framework("agent_framework", mode, project, "chat gpt-test"):
+        (tool,) = [s for s in trace["spans"] if s["kind"] == "tool"]
+        assert (tool["name"], tool["input"], tool["output"]) == (
+            "execute_tool calculator",
+            {"expr": "2+2"},
+            "4",
+        )
+
+
+@pytest.mark.parametrize("capture", ["SPAN_ONLY", "SPAN_AND_EVENT", "EVENT_ONLY"])
+def test_util_genai_handler(project, capture):
+    """opentelemetry-util-genai 1.3b0's ``TelemetryHandler`` in each content capture mode (in
+    ``EVENT_ONLY`` the messages come as one log record per call, and the tool has no event)."""
+    for trace in check_framework("util_genai", capture, project, "chat gpt-test"):
+        (tool,) = [s for s in trace["spans"] if s["kind"] == "tool"]
+        io = (None, None) if capture == "EVENT_ONLY" else ({"expr": "2+2"}, "4")
+        assert (tool["name"], tool.get("input"), tool.get("output")) == (
+            "execute_tool calculator",
+            *io,
+        )
