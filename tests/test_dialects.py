@@ -1,4 +1,5 @@
-"""Framework dialects and the sample-level model-call rules, on hand-built spans.
+"""Framework dialects, chat-template markup and the sample-level model-call rules, on hand-built
+spans.
 
 The shapes are those the real frameworks send (tests/test_frameworks.py runs the frameworks
 themselves); here each rule is pinned down on its own, with the odd cases a framework run does
@@ -14,7 +15,7 @@ import pytest
 from conftest import read_traces, stored, trace_usage
 from test_conventions import SAMPLE, _event, facts_of, one_trace, traced
 
-from otel_trackio._core.conventions import dialects
+from otel_trackio._core.conventions import chat_markup, dialects
 
 # -- Strands / Bedrock content blocks --------------------------------------------------------------
 
@@ -509,3 +510,92 @@ def test_one_model_call_recorded_twice_counts_once(project, child_events):
     assert kinds["outer"] == kinds["inner"] == "generation"
     assert trace_usage(trace)["input_tokens"] == 9 + 9 + 4
     assert stored(trace)[1:] == [*ADK_TURNS, {"role": "assistant", "content": "4 and 6"}]
+
+
+# -- Chat-template markup in decoded token ids -----------------------------------------------------
+
+HERMES_CALL = '<tool_call>\n{"name": "calc", "arguments": {"expr": "2+2"}}\n</tool_call>'
+CALC_CALL = {
+    "id": "",
+    "type": "function",
+    "function": {"name": "calc", "arguments": '{"expr": "2+2"}'},
+}
+CHATML_PROMPT = (
+    "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+    f"<|im_start|>assistant\n{HERMES_CALL}<|im_end|>\n"
+    "<|im_start|>user\n<tool_response>\n4\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+)
+TURNS = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "", "tool_calls": [CALC_CALL]},
+    {"role": "tool", "content": "4"},
+]
+LLAMA3_PROMPT = (
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nbe brief<|eot_id|>"
+    "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "role", "expected"),
+    [
+        (CHATML_PROMPT, "user", TURNS),  # ChatML / Qwen, Hermes tool calls and responses
+        (LLAMA3_PROMPT, "user", TURNS[:2]),
+        (
+            "the answer is 4<|im_end|>",
+            "assistant",
+            [{"role": "assistant", "content": "the answer is 4"}],
+        ),
+        ("4<|eot_id|>", "assistant", [{"role": "assistant", "content": "4"}]),
+        (f"{HERMES_CALL}<|im_end|>", "assistant", [TURNS[2]]),
+        # the new end of a continuing call's prompt: Qwen's tool role, the generation prompt
+        ("<|im_end|>\n<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n", "user", [TURNS[3]]),
+        ("plain text, no markup", "user", None),
+        ("<tool_call> { name : calc } </tool_call>", "assistant", None),  # unreadable: as it came
+    ],
+    ids=[
+        "chatml",
+        "llama3",
+        "end-token",
+        "eot",
+        "hermes-reply",
+        "continued",
+        "plain",
+        "unreadable",
+    ],
+)
+def test_chat_markup_reads_as_role_messages(text, role, expected):
+    assert chat_markup.messages(text, role) == expected
+
+
+def test_token_ids_decoded_to_markup_give_the_conversation_without_it(project):
+    """A custom agent loop that records only token ids, decoded with a ChatML template: roles,
+    tool calls and tool results, no markup; the spans keep the decoded text."""
+    pieces = {
+        1: "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n",
+        2: "<|im_start|>assistant\n",
+        3: HERMES_CALL,
+        4: "<|im_end|>",
+        5: "\n<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n",
+        6: "the answer is 4",
+    }
+
+    def decode(ids: list[int]) -> str:
+        return "".join(pieces[i] for i in ids)
+
+    with traced(project, token_decoder=decode) as (tracer, _):
+        with tracer.start_as_current_span("rollout", attributes=SAMPLE):
+            for prompt, response in (([1, 2], [3, 4]), ([1, 2, 3, 4, 5], [6, 4])):
+                with tracer.start_as_current_span("generate") as span:
+                    span.set_attribute("prompt_ids", prompt)
+                    span.set_attribute("response_ids", response)
+    trace = one_trace(project)
+    assert stored(trace) == [
+        *TURNS[:3],
+        {"role": "tool", "content": "4"},
+        {"role": "assistant", "content": "the answer is 4"},
+    ]
+    first = next(s for s in trace["spans"] if s["name"] == "generate")
+    assert first["output"] == HERMES_CALL + "<|im_end|>"  # the decoded text, as it was

@@ -181,6 +181,11 @@ PROMPT_1 = "<s>system: be brief\nuser: what is 2+2?\nassistant:"
 RESPONSE_1 = ' <tool_call>{"name": "calculator", "arguments": {"expr": "2+2"}}</tool_call>'
 TOOL_TURN = "\ntool: 4\nassistant:"
 RESPONSE_2 = " 4"
+CALCULATOR_CALL = {
+    "id": "",
+    "type": "function",
+    "function": {"name": "calculator", "arguments": '{"expr": "2+2"}'},
+}
 
 
 def _span(span_id: int, name: str, start: int, attrs: dict[str, Any], parent: int | None = 1):
@@ -276,7 +281,11 @@ def test_verl_ops_through_mlflow_read_by_their_shapes():
     assert trace["messages"] == [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "what is 2+2?"},
-        {"role": "assistant", "content": RESPONSE_1},
+        {  # Hermes markup read as the call it is
+            "role": "assistant",
+            "content": '[tool call] calculator({"expr": "2+2"})',
+            "tool_calls": [CALCULATOR_CALL],
+        },
         {"role": "user", "content": TOOL_TURN.strip()},
         {"role": "assistant", "content": RESPONSE_2},
     ]

@@ -38,7 +38,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from difflib import SequenceMatcher
 from typing import Any
 
-from otel_trackio._core.conventions import NO_CONTENT_NOTE, NOTE_KEY, SpanFacts, tokens
+from otel_trackio._core.conventions import NO_CONTENT_NOTE, NOTE_KEY, SpanFacts, chat_markup, tokens
 from otel_trackio._core.conventions._common import parse_json
 from otel_trackio._core.records import SpanRecord
 from otel_trackio.settings import TokenDecoder
@@ -133,7 +133,7 @@ def build_conversation(
                 turns.append(_clean(message))
         turns.extend(_clean(m) for m in call.output_messages or ())
         if call.prompt_ids is not None and call.response_ids is not None:
-            texts = (_token_text(call.input_messages), _token_text(call.output_messages))
+            texts = (call.prompt_text or "", call.response_text or "")
             token_calls.append((call.prompt_ids + call.response_ids, turns, texts))
         if turns:
             conversation, keys = _merge(conversation, keys, turns)
@@ -141,13 +141,6 @@ def build_conversation(
 
 
 _TokenCall = tuple[list[int], list[dict[str, Any]], tuple[str, str]]
-
-
-def _token_text(messages: Sequence[dict[str, Any]] | None) -> str:
-    """The text a token-id call's side was decoded to (its one message's content)."""
-    if messages and len(messages) == 1 and isinstance(messages[0].get("content"), str):
-        return str(messages[0]["content"])
-    return ""
 
 
 def _continued(
@@ -163,12 +156,12 @@ def _continued(
     for ids, turns, texts in reversed(token_calls):
         if len(ids) <= len(prompt) and prompt[: len(ids)] == ids:
             new = prompt[len(ids) :]
-            added_text = _new_text(new, decoder, _token_text(call.input_messages), texts)
+            added_text = _new_text(new, decoder, call.prompt_text or "", texts)
             if added_text is None and new:
                 return None
-            added: list[dict[str, Any]] = (
-                [{"role": "user", "content": added_text}] if added_text else []
-            )
+            added = chat_markup.messages(added_text, "user") if added_text else []
+            if added is None:
+                added = [{"role": "user", "content": added_text}]
             return [*turns, *added]
     return None
 

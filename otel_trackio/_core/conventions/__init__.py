@@ -43,6 +43,7 @@ from typing import Any
 from otel_trackio._core.conventions import (
     adk,
     ai_sdk,
+    chat_markup,
     dialects,
     mlflow,
     openinference,
@@ -111,7 +112,7 @@ class SpanFacts:
     messages a generation took from its input/output values (no message attributes), and
     ``loose_sides`` those of them whose value was no chat request/response (arguments, Python
     reprs); ``prompt_ids`` / ``response_ids`` are the token ids the input / output messages were
-    decoded from.
+    decoded from, ``prompt_text`` / ``response_text`` the text they decoded to (markup and all).
     """
 
     kind: str = "span"
@@ -131,6 +132,8 @@ class SpanFacts:
     loose_sides: set[str] = field(default_factory=set)
     prompt_ids: list[int] | None = None
     response_ids: list[int] | None = None
+    prompt_text: str | None = None
+    response_text: str | None = None
 
     @property
     def has_own_messages(self) -> bool:
@@ -421,20 +424,27 @@ def _messages_from_io(facts: SpanFacts, text: tokens.TokenText) -> None:
             facts.input_messages, chat = _request_messages(facts.input)
             _from_value(facts, "input", chat)
         elif text.input is not None:
-            facts.input_messages = [{"role": "user", "content": text.input}]
-            facts.prompt_ids = text.input_ids
+            facts.input_messages = _decoded_messages(text.input, "user")
+            facts.prompt_ids, facts.prompt_text = text.input_ids, text.input
     if facts.output_messages is None:
         if facts.output is not None:
             message, chat = _response_message(facts.output)
             facts.output_messages = [message]
             _from_value(facts, "output", chat)
         elif text.output is not None:
-            facts.output_messages = [{"role": "assistant", "content": text.output}]
-            facts.response_ids = text.output_ids
+            facts.output_messages = _decoded_messages(text.output, "assistant")
+            facts.response_ids, facts.response_text = text.output_ids, text.output
     system = [m for m in facts.input_messages or [] if m.get("role") == "system"]
     if system and not facts.system_messages:
         facts.system_messages = system
         facts.input_messages = [m for m in facts.input_messages or [] if m.get("role") != "system"]
+
+
+def _decoded_messages(text: str, role: str) -> Messages:
+    """Text decoded from token ids as messages: the turns its chat-template markup renders, else
+    one message of ``role``."""
+    parsed = chat_markup.messages(text, role)
+    return parsed if parsed is not None else [{"role": role, "content": text}]
 
 
 def _from_value(facts: SpanFacts, side: str, chat: bool) -> None:
