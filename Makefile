@@ -26,6 +26,15 @@ STACKS_PACKAGES := google-adk==2.13.0 openinference-instrumentation-google-adk==
 	agent-framework-core==1.23.0 agent-framework-openai==1.17.0 opentelemetry-util-genai==1.3b0 \
 	openai==3.57.0 opentelemetry-exporter-otlp-proto-grpc==1.44.0
 
+# The real verl 0.9.1 on CPU torch 2.13.0 (this machine's wheel; plain `torch` pulls CUDA), with the
+# two packages its agent loop imports but its wheel does not declare, and otel-trackio from this
+# checkout (and the OTLP/HTTP exporter verl's workers send to a receiver with): tests/test_verl.py
+# runs verl's own agent loop, Tracking and plugin loading there; only
+# `make test-packages` makes it.
+VERL_ENV := $(VENV)/verl-env
+VERL_STAMP := $(VERL_ENV)/.installed
+VERL_PACKAGES := torch==2.13.0 verl==0.9.1 cachetools fastapi opentelemetry-exporter-otlp-proto-http
+
 .PHONY: venv demo test test-packages lint bench clean
 
 $(PY):
@@ -42,6 +51,11 @@ $(TEST_STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/openai-v2-2.3 $(OPENAI_V2_EVENTS)
 	$(PY) -m pip download --quiet --no-deps --dest $(VENV)/verl-0.9.1 $(VERL_WHEEL)
 	touch $@ $(DEMO_STAMP)
+
+$(VERL_STAMP): pyproject.toml Makefile | $(PY)
+	$(PYTHON) -m venv $(VERL_ENV)
+	$(VERL_ENV)/bin/python -m pip install --quiet -e . $(VERL_PACKAGES)
+	touch $@
 
 $(STACKS_STAMP): pyproject.toml Makefile | $(PY)
 	$(PYTHON) -m venv $(STACKS_ENV)
@@ -60,7 +74,7 @@ test: $(TEST_STAMP)
 
 # The suites that drive third-party packages whole (agent frameworks, Ray, verl, MLflow, the AI
 # SDK on Node, Chromium, Google ADK, Agent Framework): slower, and CI runs them after `make test`.
-test-packages: $(TEST_STAMP) $(STACKS_STAMP)
+test-packages: $(TEST_STAMP) $(STACKS_STAMP) $(VERL_STAMP)
 	$(PY) -m pytest -q -m real_packages
 
 lint: $(TEST_STAMP)

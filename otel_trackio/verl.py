@@ -26,7 +26,10 @@ installed ``trace.backend=otel`` alone is enough.) Importing it wraps
   arguments and result as JSON;
 - ``max_samples_per_step_per_worker`` is a :class:`~otel_trackio.StepSampler` (verl's own random
   pick is turned off: the sampler keeps the same prompts, all their ``rollout_n``, in every
-  worker with the same seed).
+  worker with the same seed);
+- verl's ``Tracking`` with the ``trackio`` logger continues the run the Traces go to (one run
+  of ``experiment_name``: its metrics and validation generations beside the samples), instead
+  of starting a second run of the same name.
 
 Where the spans go, in each process: with ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (or
 ``OTEL_EXPORTER_OTLP_ENDPOINT``) set, over OTLP/HTTP to ``otel-trackio serve`` (every worker into
@@ -63,6 +66,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, Status, StatusCode
 
+from otel_trackio._core.conventions import chat_markup
 from otel_trackio._core.conventions.tokens import DECODED_TEXT_ATTRIBUTES, token_ids
 from otel_trackio._core.values import json_safe
 from otel_trackio.instrument import _dumps, rollout
@@ -83,6 +87,10 @@ PROMPT_IDS, RESPONSE_IDS = "prompt_ids", "response_ids"
 F = TypeVar("F", bound=Callable[..., Any])
 
 _enabled: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_trackio_verl", default=True)
+#: the message lists an agent loop's state holds (verl's ``AgentData.messages``), per traced call
+_held_messages: contextvars.ContextVar[list[list[Any]] | None] = contextvars.ContextVar(
+    "otel_trackio_verl_messages", default=None
+)
 _lock = threading.Lock()
 _provider: TracerProvider | None = None
 _decode_tokens = True  # verl's token2text (the drop-ins alone: decode when a tokenizer is known)
@@ -341,7 +349,7 @@ def rollout_trace_op(func: F) -> F:
 class _Op:
     """One traced call: its span, started on entry, its arguments and result recorded."""
 
-    __slots__ = ("_inputs", "_manager", "_self", "span")
+    __slots__ = ("_held", "_held_token", "_inputs", "_manager", "_self", "span")
 
     def __init__(
         self,
@@ -356,6 +364,8 @@ class _Op:
             func.__qualname__, record_exception=False, set_status_on_exception=False
         )
         self.span: Span = self._manager.__enter__()
+        self._held: list[list[Any]] = []
+        self._held_token = _held_messages.set(self._held)
         self._inputs: dict[str, Any] = {}
         if self.span.is_recording():
             _remember_tokenizer(instance)
@@ -370,7 +380,7 @@ class _Op:
     def done(self, result: Any) -> None:
         if self.span.is_recording():
             try:
-                _record(self.span, self._self, self._inputs, result)
+                _record(self.span, self._self, self._inputs, result, self._held)
             except Exception:  # tracing must never cost the rollout its result
                 _logger.debug("otel-trackio: could not record %s", self.span, exc_info=True)
 
@@ -381,6 +391,7 @@ class _Op:
         if exc is not None and self.span.is_recording():
             self.span.record_exception(exc)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        _held_messages.reset(self._held_token)
         self._manager.__exit__(exc_type, exc, tb)
 
 
@@ -414,8 +425,11 @@ def _field(value: Any, name: str) -> Any:
     return getattr(value, name, None)
 
 
-def _record(span: Span, instance: Any, inputs: dict[str, Any], result: Any) -> None:
-    """The call's attributes by its shape: generation, tool, agent loop, or any other call."""
+def _record(
+    span: Span, instance: Any, inputs: dict[str, Any], result: Any, held: list[list[Any]]
+) -> None:
+    """The call's attributes by its shape: generation, tool, agent loop, or any other call.
+    ``held``: the message lists the call's agent loop state held (verl's ``AgentData``)."""
     response_ids = _field(result, "token_ids")
     if isinstance(response_ids, (list, tuple)):
         _record_generation(span, inputs, result, _ids(response_ids) or [])
@@ -425,7 +439,7 @@ def _record(span: Span, instance: Any, inputs: dict[str, Any], result: Any) -> N
         return
     prompt = _raw_prompt(inputs)
     if prompt is not None:
-        _record_agent(span, instance, prompt, result)
+        _record_agent(span, instance, prompt, result, held[0] if len(held) == 1 else None)
         return
     span.set_attribute("input.value", _dumps(inputs))
     span.set_attribute("input.mime_type", "application/json")
@@ -494,9 +508,14 @@ def _raw_prompt(inputs: Mapping[str, Any]) -> list[Any] | None:
 
 
 def _otel_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A chat message (``role``, ``content`` text or parts) as an OTel GenAI message."""
+    """A chat message (``role``, ``content`` text or parts, ``tool_calls``, a tool result's
+    ``tool_call_id``) as an OTel GenAI message."""
     content = message.get("content")
     parts = [{"type": "text", "content": content}] if isinstance(content, str) else content
+    if message.get("role") == "tool":
+        response = content if isinstance(content, str) else json_safe(content)
+        call_id = message.get("tool_call_id")
+        parts = [{"type": "tool_call_response", "id": call_id, "response": response}]
     out = {"role": message.get("role"), "parts": json_safe(parts or [])}
     if message.get("tool_calls"):
         out["parts"] = [
@@ -514,12 +533,29 @@ def _otel_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _record_agent(span: Span, instance: Any, prompt: list[Any], result: Any) -> None:
+def _reply(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An assistant turn as the loop held it, without the stop token verl's tool parser leaves
+    in its text (it decodes the reply's ids whole)."""
+    content = message.get("content")
+    if message.get("role") != "assistant" or not isinstance(content, str):
+        return message
+    return {**message, "content": chat_markup.without_end_tokens(content)}
+
+
+def _record_agent(
+    span: Span, instance: Any, prompt: list[Any], result: Any, held: list[Any] | None
+) -> None:
+    """The agent span: the prompt as its input messages and, when the loop's state held the
+    conversation (``ToolAgentLoop``), the turns the loop added after the prompt as its output
+    messages: the conversation as the loop held it, not as decoded from token ids."""
     span.set_attribute("gen_ai.operation.name", "invoke_agent")
     span.set_attribute("gen_ai.agent.name", type(instance).__name__)
     span.set_attribute(
         "gen_ai.input.messages", json.dumps([_otel_message(m) for m in prompt], default=str)
     )
+    if held is not None and len(held) > len(prompt):
+        added = [_otel_message(_reply(m)) for m in held[len(prompt) :] if isinstance(m, Mapping)]
+        span.set_attribute("gen_ai.output.messages", json.dumps(added, default=str))
     turns = _field(result, "num_turns")
     if isinstance(turns, int):
         span.set_attribute("verl.num_turns", turns)
@@ -569,6 +605,7 @@ def install() -> bool:
         return (rollout_trace_attr if otel_selected() else verl_attr)(*args, **kwargs)
 
     def op(func: F) -> F:
+        _hold_agent_state(func)
         ours, theirs = rollout_trace_op(func), verl_op(func)
         if inspect.iscoroutinefunction(func):
 
@@ -616,7 +653,87 @@ def install() -> bool:
     module.rollout_trace_op = op
     config.init = classmethod(init)
     module._otel_trackio_installed = True
+    _install_tracking()
     return True
+
+
+#: the class in which verl's agent loops keep a sample's state, ``messages`` among it
+_AGENT_STATE = "AgentData"
+
+
+def _hold_agent_state(func: Callable[..., Any]) -> None:
+    """When ``func`` is defined in a module with verl's agent state class (``AgentData``, in
+    ``tool_agent_loop.py``: defined before the loop whose ``run`` is being decorated), each new
+    state hands its ``messages`` list to the traced call it is made in, which records what the
+    list holds when the call returns (:func:`_record_agent`)."""
+    import sys
+
+    cls: Any = getattr(sys.modules.get(getattr(func, "__module__", ""), None), _AGENT_STATE, None)
+    if not isinstance(cls, type) or getattr(cls, "_otel_trackio_held", False):
+        return
+    original = cls.__init__  # type: ignore[misc]
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        held = _held_messages.get()
+        messages = getattr(self, "messages", None)
+        if held is not None and isinstance(messages, list):
+            held.append(messages)
+
+    cls.__init__ = init  # type: ignore[misc]
+    cls._otel_trackio_held = True  # type: ignore[attr-defined]
+
+
+def _install_tracking() -> None:
+    """verl's ``Tracking`` with the ``trackio`` logger continues the run its Traces go to (when
+    its config says ``trace.backend=otel``): verl's own ``trackio.init`` would start a second run
+    of the same name, its metrics and validation generations apart from the samples. The run is
+    made to exist under the same lock the workers use, then opened with ``resume="allow"``
+    before verl's ``__init__`` runs (which then keeps the active run, as it does for one the
+    user opened), whichever of them comes first."""
+    try:
+        tracking = importlib.import_module("verl.utils.tracking")
+    except ImportError:
+        return
+    cls = tracking.Tracking
+    if getattr(cls, "_otel_trackio_installed", False):
+        return
+    verl_init = cls.__init__
+
+    @functools.wraps(verl_init)
+    def init(
+        self: Any,
+        project_name: str,
+        experiment_name: str,
+        default_backend: str | list[str] = "console",
+        config: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        backends = [default_backend] if isinstance(default_backend, str) else default_backend
+        if "trackio" in backends and _traces_backend(config) == BACKEND:
+            from otel_trackio._engine.sink import continue_run_by_name
+
+            continue_run_by_name(project_name, experiment_name, config)
+        verl_init(self, project_name, experiment_name, default_backend, config, *args, **kwargs)
+
+    cls.__init__ = init
+    cls._otel_trackio_installed = True
+
+
+def _traces_backend(config: Any) -> Any:
+    """``actor_rollout_ref.rollout.trace.backend`` of verl's config (a dict or an OmegaConf
+    config), or None."""
+    node = config
+    for key in ("actor_rollout_ref", "rollout", "trace", "backend"):
+        try:
+            node = node[key]
+        except (KeyError, TypeError, IndexError, AttributeError):
+            return None
+        if node is None:
+            return None
+    return node
 
 
 install()

@@ -12,7 +12,9 @@ its ``get_event_loop``. Everything is read back from real Trackio storage.
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import subprocess
 import sys
 import zipfile
@@ -20,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import read_traces, trace_usage
+from conftest import read_traces, stored, trace_usage
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_trackio import TrackioSpanExporter
@@ -30,6 +32,8 @@ pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
 WHEELS = sorted((Path(sys.prefix) / "verl-0.9.1").glob("verl-*.whl"))
+#: the real verl package on CPU torch (`make test-packages` makes this environment)
+VERL_PYTHON = HERE.parent / ".venv" / "verl-env" / "bin" / "python"
 STEPS = (1, 2)
 ROLLOUT_N = 2
 SYSTEM = "You are a calculator agent ."
@@ -336,3 +340,108 @@ def test_a_call_whose_result_cannot_be_recorded_still_returns_it(project, tracer
     assert isinstance(response, Unreadable) and reward == 0.0
     (trace,) = read_traces(project, "r")
     assert len(trace["spans"]) == 2
+
+
+@pytest.mark.parametrize("order", ["tracking-first", "samples-first"])
+def test_verls_tracking_and_its_samples_share_one_run(project, order):
+    """The real verl package: ``import verl`` loads otel-trackio through verl's own plugin entry
+    points; verl's ``Tracking`` (trackio logger) and its rollout trace (``trace.backend=otel``)
+    write into one Trackio run of the experiment's name, whichever opens it first: the samples,
+    ``reward/mean`` and ``val/generations`` together. Read from raw SQLite: runs of one name
+    would hide each other."""
+    assert VERL_PYTHON.exists(), f"{VERL_PYTHON} is missing: `make test-packages` makes it"
+    result = subprocess.run(
+        [str(VERL_PYTHON), str(HERE / "verl_tracking.py"), order, project, "exp"],
+        env={k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_"))},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    with sqlite3.connect(Path(os.environ["TRACKIO_DIR"]) / f"{project}.db") as db:
+        metrics = db.execute("SELECT run_id, step, metrics FROM metrics").fetchall()
+        traces = db.execute("SELECT run_id, step, metadata FROM traces").fetchall()
+    assert len({run for run, _, _ in metrics} | {run for run, _, _ in traces}) == 1
+    rewards = sorted(
+        (step, json.loads(values)["reward/mean"])
+        for _, step, values in metrics
+        if "reward/mean" in json.loads(values)
+    )
+    assert rewards == [(1, 0.5), (2, 1.0)]
+    samples = Counter(
+        (step, json.loads(meta).get("sample_index"), json.loads(meta).get("source"))
+        for _, step, meta in traces
+    )
+    assert samples == Counter(
+        [*((s, i, None) for s in STEPS for i in range(3)), (2, 0, "validation_generations")]
+    )
+
+
+def _tool_agent_conversation(sample_index: int) -> list[dict]:
+    exprs = [("2+2", "4")] if sample_index == 0 else [("2+2", "4"), ("3+3", "6")]
+    call = {"id": "", "type": "function"}
+    return [
+        {"role": "system", "content": "You are a calculator agent."},
+        {"role": "user", "content": "What is 2+2?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {**call, "function": {"name": "calculator", "arguments": f'{{"expr": "{e}"}}'}}
+                for e, _ in exprs
+            ],
+        },
+        *({"role": "tool", "content": result} for _, result in exprs),
+        {"role": "assistant", "content": "The answer is 4."},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("route", "template"), [("trackio", "chatml"), ("receiver", "chatml"), ("trackio", "plain")]
+)
+def test_verls_tool_agent_loop_stores_the_conversation_it_held(
+    project, start_receiver, route, template
+):
+    """verl's real ``ToolAgentLoop`` (hermes parser, ``LLMServerClient.generate``, a traced
+    ``BaseTool``; the policy scripted behind the client, a locally trained tokenizer with a
+    ChatML template), through verl's plugin loading, straight into the run or over OTLP into a
+    receiver: each Trace's conversation is the messages the agent loop held — tool calls parsed,
+    each tool result a ``tool`` message, no template markup — while the generation spans keep the
+    decoded text and the token counts."""
+    assert VERL_PYTHON.exists(), f"{VERL_PYTHON} is missing: `make test-packages` makes it"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_"))}
+    receiver = start_receiver(name="unused") if route == "receiver" else None
+    if receiver is not None:
+        environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.url
+    result = subprocess.run(
+        [str(VERL_PYTHON), str(HERE / "verl_tool_agent.py"), project, "exp", template],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    if receiver is not None:
+        receiver.stop()
+    held = [json.loads(line[5:]) for line in result.stdout.splitlines() if line.startswith("HELD ")]
+    traces = read_traces(project, "exp")
+    assert [(t["step"], t["metadata"]["sample_index"]) for t in traces] == [
+        (s["step"], s["sample_index"]) for s in held
+    ]
+    for trace, sample in zip(traces, held, strict=True):
+        expected = _tool_agent_conversation(sample["sample_index"])
+        assert [m["role"] for m in sample["messages"]] == [m["role"] for m in expected]
+        assert stored(trace) == expected, json.dumps(trace["messages"], indent=1)
+        generations = [s for s in trace["spans"] if s["kind"] == "generation"]
+        assert len(generations) == 2 and all(g["usage"]["output_tokens"] for g in generations)
+        assert generations[0]["output"].endswith("</tool_call><|im_end|>")  # decoded as it was
+        assert generations[0]["metadata"]["prompt_ids.count"] == generations[0]["usage"][
+            "input_tokens"
+        ]
+        tools = [s for s in trace["spans"] if s["kind"] == "tool"]
+        assert sorted((t["input"]["expr"], t["output"]) for t in tools) == [
+            (e, r) for e, r in (("2+2", "4"), ("3+3", "6"))[: len(tools)]
+        ]
+        assert all(t["metadata"]["verl.tool_reward"] == 0.5 for t in tools)

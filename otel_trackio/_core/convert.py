@@ -103,8 +103,9 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
         _translate_span(s, f, root, ids, settings) for s, f in zip(spans, facts, strict=True)
     ]
     generations = [f for f in facts if f.kind == "generation"]
-    prompt = _prompt_messages(facts)
-    messages = build_conversation(generations, settings.token_decoder, prompt) or prompt or []
+    prompt, held = _agent_messages(facts, generations)
+    decoded = held or build_conversation(generations, settings.token_decoder, prompt)
+    messages = decoded or prompt or []
     if not messages and root is not None:
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
@@ -127,19 +128,28 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     )
 
 
-def _prompt_messages(facts: list[SpanFacts]) -> list[dict[str, Any]] | None:
-    """The prompt as role messages, when the model calls recorded it only as token ids
-    (decoded, or not at all): the input messages of the first span that is no model call and
-    has them (verl's agent loop with its ``raw_prompt``)."""
-    if not any(
-        f.kind == "generation" and (f.prompt_ids is not None or f.input_messages is None)
-        for f in facts
-    ):
-        return None
+def _agent_messages(
+    facts: list[SpanFacts], generations: list[SpanFacts]
+) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+    """(the prompt, the whole conversation) an agent span recorded as role messages, when the
+    model calls recorded only token ids (decoded, or not at all): the first span that is no
+    model call and has input messages (verl's agent loop: its ``raw_prompt``, and, when the
+    loop held the conversation, its later turns as output messages). The conversation is None
+    without output messages; replies of model calls it lacks (a loop cut off at its length
+    limit) are added from their decoded output."""
+    if not any(f.prompt_ids is not None or f.input_messages is None for f in generations):
+        return None, None
     for f in facts:
         if f.kind != "generation" and f.input_messages:
-            return [*f.system_messages, *f.input_messages]
-    return None
+            prompt = [*f.system_messages, *f.input_messages]
+            if not f.output_messages:
+                return prompt, None
+            held = [*prompt, *f.output_messages]
+            replies = sum(1 for m in f.output_messages if m.get("role") == "assistant")
+            for call in generations[replies:]:
+                held.extend(call.output_messages or ())
+            return prompt, held
+    return None, None
 
 
 def bare_trace(sample: Sample, error: str) -> TraceDict:

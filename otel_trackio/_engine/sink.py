@@ -730,3 +730,14 @@ def open_run_by_name(project: str, name: str) -> None:
         run.log({}, step=0)
         run.finish()
         _forget_active_run(run)
+
+
+def continue_run_by_name(project: str, name: str, config: Any = None) -> None:
+    """Make the run ``project``/``name`` the calling thread's active Trackio run, continuing the
+    run of that name (made to exist first, :func:`open_run_by_name`) rather than starting a second
+    one: a logger that writes into the active run (verl's ``Tracking``) then writes into the run
+    the Traces go to. An active run already there stays."""
+    if active_run() is not None:
+        return
+    open_run_by_name(project, name)
+    _start_run(project, name, {"config": config, "resume": "allow"}, None)

@@ -10,8 +10,9 @@ turns such a text into the messages it renders, so the conversation shows roles,
 - end markers (``<|im_end|>``, ``<|eot_id|>``, ``<|endoftext|>``, ...) are dropped, so a reply
   decoded with its end token reads as its text;
 - Hermes tool calls inside an assistant turn (``<tool_call>{"name", "arguments"}</tool_call>``)
-  are that turn's ``tool_calls`` (when every one of them reads as JSON); ``<tool_response>...</tool_response>`` blocks, and turns with
-  role ``tool`` or ``ipython``, are tool messages.
+  are that turn's ``tool_calls`` (when every one of them reads as JSON);
+  ``<tool_response>...</tool_response>`` blocks, and turns with role ``tool`` or ``ipython``, are
+  tool messages.
 
 A text with no markup comes back as None: the caller keeps it as it is.
 """
@@ -59,6 +60,14 @@ def messages(text: str, default_role: str) -> list[dict[str, Any]] | None:
     if not headers and out == [{"role": default_role, "content": text.strip()}]:
         return None  # nothing it could read: the text stays as it came
     return out
+
+
+def without_end_tokens(text: str) -> str:
+    """``text`` without the end tokens a reply decoded with its stop token carries (and the
+    whitespace they leave at its ends); unchanged when it has none."""
+    if "<|" not in text or not _END_MARKERS.search(text):
+        return text
+    return _clean(text)
 
 
 def _clean(body: str) -> str:
