@@ -57,6 +57,7 @@ import logging
 import operator
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -93,6 +94,7 @@ _held_messages: contextvars.ContextVar[list[list[Any]] | None] = contextvars.Con
 )
 _lock = threading.Lock()
 _provider: TracerProvider | None = None
+_own_exporter: SpanExporter | None = None  # the exporter setup() built (not a user's provider's)
 _decode_tokens = True  # verl's token2text (the drop-ins alone: decode when a tokenizer is known)
 _decode: Callable[[Sequence[int]], Any] | None = None
 _open_samples = 0  # samples of this process inside rollout_trace_attr
@@ -178,7 +180,7 @@ def setup(
     ``OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP``). A global SDK provider installed before is
     used as it is (its sampler stays).
     """
-    global _provider, _decode_tokens
+    global _provider, _own_exporter, _decode_tokens
     with _lock:
         _decode_tokens = token2text
         if _provider is not None:
@@ -203,9 +205,10 @@ def setup(
         resource = Resource.create(_routing(settings))
         provider = TracerProvider(sampler=step_sampler(settings), resource=resource)
         provider.add_span_processor(OpenSampleTracker(settings.sample_attribute))
-        provider.add_span_processor(BatchSpanProcessor(_DecodingExporter(_exporter(settings))))
+        exporter = _DecodingExporter(_exporter(settings))
+        provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
-        _provider = provider
+        _provider, _own_exporter = provider, exporter
         return provider
 
 
@@ -297,22 +300,28 @@ def _sample_started() -> None:
         _open_samples += 1
 
 
-#: how long the end of a worker's batch waits for its spans to be handed on
+#: how long the end of a worker's batch waits for its spans to be stored
 FLUSH_MILLIS = 10_000
 
 
 def _sample_ended() -> None:
     """When the last open sample of the process ends (a worker's batch is done), its spans are
-    handed on before the batch returns (one OTLP request, or a spool append), rather than when
-    the batch processor's timer says: a Ray worker may be killed before that, with the end of
-    the run. Once per batch, bounded by :data:`FLUSH_MILLIS`."""
+    handed on and, straight into Trackio, stored before the batch returns (within
+    :data:`FLUSH_MILLIS`; over OTLP, the receiver acknowledged them), rather than when the batch
+    processor's timer says: Ray's ``ray.shutdown()`` kills a worker with its offload writer
+    within seconds of the last result, and what was only spooled would wait for the next start.
+    Once per batch."""
     global _open_samples
     with _lock:
         _open_samples -= 1
         idle = _open_samples == 0
-    provider = _provider
+    provider, exporter = _provider, _own_exporter
     if idle and provider is not None:
+        started = time.monotonic()
         provider.force_flush(FLUSH_MILLIS)
+        if exporter is not None:
+            left = FLUSH_MILLIS - (time.monotonic() - started) * 1000
+            exporter.force_flush(max(0, int(left)))
 
 
 def rollout_trace_op(func: F) -> F:

@@ -379,7 +379,7 @@ def test_verls_tracking_and_its_samples_share_one_run(project, order):
 
 
 def _tool_agent_conversation(sample_index: int) -> list[dict]:
-    exprs = [("2+2", "4")] if sample_index == 0 else [("2+2", "4"), ("3+3", "6")]
+    exprs = [("2+2", "4")] if sample_index % 2 == 0 else [("2+2", "4"), ("3+3", "6")]
     call = {"id": "", "type": "function"}
     return [
         {"role": "system", "content": "You are a calculator agent."},
@@ -445,3 +445,55 @@ def test_verls_tool_agent_loop_stores_the_conversation_it_held(
             (e, r) for e, r in (("2+2", "4"), ("3+3", "6"))[: len(tools)]
         ]
         assert all(t["metadata"]["verl.tool_reward"] == 0.5 for t in tools)
+
+
+RAY_TOOL_AGENT_DRIVER = """
+# verl's shape: Ray actors (AgentLoopWorker) run the agent loops; the driver shuts Ray down right
+# after their last result, which kills the actors and their child processes within seconds.
+import asyncio
+import sys
+
+import ray
+
+project = sys.argv[1]
+
+
+@ray.remote
+class AgentLoopWorker:
+    def generate_sequences(self, first):
+        import verl_tool_agent
+
+        asyncio.run(verl_tool_agent.main(project, "exp", "chatml", str(first)))
+        return first
+
+
+ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+workers = [AgentLoopWorker.remote() for _ in range(2)]
+print(ray.get([w.generate_sequences.remote(f) for w, f in zip(workers, (0, 2))]), flush=True)
+ray.shutdown()
+"""
+
+
+def test_verls_agent_loop_in_ray_actors_stores_every_sample_by_the_last_result(project):
+    """Two Ray actors run verl's real ``ToolAgentLoop`` with the default route (straight into
+    the run, offloaded) and the driver calls ``ray.shutdown()`` right after their last result:
+    every sample is in Trackio's storage when the driver exits — each worker's batch returns
+    only once its spans are stored — with nothing started afterwards to drain a spool."""
+    assert VERL_PYTHON.exists(), f"{VERL_PYTHON} is missing: `make test-packages` makes it"
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_", "RAY_"))},
+        "PYTHONPATH": str(HERE),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+    }
+    result = subprocess.run(
+        [str(VERL_PYTHON), "-c", RAY_TOOL_AGENT_DRIVER, project],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    keys = Counter((t["step"], t["metadata"]["sample_index"]) for t in read_traces(project, "exp"))
+    assert keys == Counter((step, index) for step in STEPS for index in range(4))

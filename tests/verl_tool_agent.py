@@ -1,7 +1,7 @@
 """verl's real ``ToolAgentLoop`` with its hermes tool parser, server client and a traced tool,
 on a scripted policy (run by tests/test_verl.py in ``.venv/verl-env``).
 
-    python tests/verl_tool_agent.py PROJECT EXPERIMENT TEMPLATE
+    python tests/verl_tool_agent.py PROJECT EXPERIMENT TEMPLATE [FIRST_INDEX]
 
 ``import verl`` loads otel-trackio through verl's own plugin entry points (nothing here names
 it); ``RolloutTraceConfig.init(..., "otel", token2text=True)`` as verl's ``AgentLoopWorker``
@@ -10,9 +10,10 @@ calls it; each sample runs ``ToolAgentLoop.run`` under ``rollout_trace_attr`` as
 wrapped as a transformers ``PreTrainedTokenizerFast`` with a chat template that renders tools:
 TEMPLATE ``chatml`` (Qwen-style) or ``plain`` (``### role`` headers, a template no markup reader
 knows); the policy behind verl's ``LLMServerClient`` (only its server lookup is replaced)
-answers with token ids: sample 0 calls ``calculator`` once, sample 1 twice in parallel, then
-each answers. With ``OTEL_EXPORTER_OTLP_ENDPOINT`` the spans go to a receiver there. Prints
-one line per sample, ``HELD`` and JSON: the messages the agent loop held at the end.
+answers with token ids: samples FIRST_INDEX (default 0) and FIRST_INDEX + 1 of each step,
+the first calling ``calculator`` once, the second twice in parallel, then each answers. With
+``OTEL_EXPORTER_OTLP_ENDPOINT`` the spans go to a receiver there. Prints one line per sample,
+``HELD`` and JSON: the messages the agent loop held at the end.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def config() -> Any:
     )
 
 
-async def main(project: str, experiment: str, template: str) -> None:
+async def main(project: str, experiment: str, template: str, first: str = "0") -> None:
     RolloutTraceConfig.init(project, experiment, "otel", token2text=True)
     tokenizer = build_tokenizer(template)
     cfg = config()
@@ -198,8 +199,8 @@ async def main(project: str, experiment: str, template: str) -> None:
 
     AgentData.__init__ = keep  # type: ignore[method-assign]
     for step in STEPS:
-        for index in range(SAMPLES):
-            sample[0] = index
+        for index in range(int(first), int(first) + SAMPLES):
+            sample[0] = index % SAMPLES
             loop = ToolAgentLoop(
                 trainer_config=DictConfigWrap(config=cfg),
                 server_manager=client,
@@ -221,4 +222,4 @@ async def main(project: str, experiment: str, template: str) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    asyncio.run(main(*sys.argv[1:4]))
+    asyncio.run(main(*sys.argv[1:5]))
