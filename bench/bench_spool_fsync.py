@@ -1,4 +1,4 @@
-"""Figure 13: what each spool fsync policy costs (``OTEL_EXPORTER_TRACKIO_SPOOL_FSYNC``).
+"""Figure 15: what each spool fsync policy costs (``OTEL_EXPORTER_TRACKIO_SPOOL_FSYNC``).
 
 Measured in one run, on the disk of the Trackio folder (where spools live by default):
 
