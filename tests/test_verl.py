@@ -454,6 +454,8 @@ import asyncio
 import sys
 
 import ray
+from verl.utils.tracking import Tracking, ValidationGenerationsLogger
+from verl_tracking import CONFIG
 
 project = sys.argv[1]
 
@@ -467,10 +469,15 @@ class AgentLoopWorker:
         return first
 
 
+loggers = CONFIG["trainer"]["logger"]
+tracking = Tracking(project, "exp", default_backend=loggers, config=CONFIG)  # the trainer's
 ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
 workers = [AgentLoopWorker.remote() for _ in range(2)]
 print(ray.get([w.generate_sequences.remote(f) for w, f in zip(workers, (0, 2))]), flush=True)
+tracking.log({"reward/mean": 0.5}, step=2)
+ValidationGenerationsLogger(project, "exp").log(loggers, [("what is 2+2?", "4", 1.0)], 2)
 ray.shutdown()
+tracking.finish()
 """
 
 
@@ -478,7 +485,8 @@ def test_verls_agent_loop_in_ray_actors_stores_every_sample_by_the_last_result(p
     """Two Ray actors run verl's real ``ToolAgentLoop`` with the default route (straight into
     the run, offloaded) and the driver calls ``ray.shutdown()`` right after their last result:
     every sample is in Trackio's storage when the driver exits — each worker's batch returns
-    only once its spans are stored — with nothing started afterwards to drain a spool."""
+    only once its spans are stored — with nothing started afterwards to drain a spool; the
+    driver's ``Tracking`` metrics and validation generations are in the same run."""
     assert VERL_PYTHON.exists(), f"{VERL_PYTHON} is missing: `make test-packages` makes it"
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_", "RAY_"))},
@@ -495,5 +503,11 @@ def test_verls_agent_loop_in_ray_actors_stores_every_sample_by_the_last_result(p
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    keys = Counter((t["step"], t["metadata"]["sample_index"]) for t in read_traces(project, "exp"))
-    assert keys == Counter((step, index) for step in STEPS for index in range(4))
+    with sqlite3.connect(Path(os.environ["TRACKIO_DIR"]) / f"{project}.db") as db:
+        metrics = db.execute("SELECT run_id, metrics FROM metrics").fetchall()
+        traces = db.execute("SELECT run_id, step, metadata FROM traces").fetchall()
+    assert len({run for run, _ in metrics} | {run for run, _, _ in traces}) == 1  # one run
+    assert any("reward/mean" in json.loads(values) for _, values in metrics)
+    keys = Counter((step, json.loads(meta).get("sample_index")) for _, step, meta in traces)
+    expected = Counter((step, index) for step in STEPS for index in range(4))
+    assert keys == expected + Counter([(2, 0)])  # and the validation generation
