@@ -1,27 +1,32 @@
 """verl's real ``ToolAgentLoop`` with its hermes tool parser, server client and a traced tool,
 on a scripted policy (run by tests/test_verl.py in ``.venv/verl-env``).
 
-    python tests/verl_tool_agent.py PROJECT EXPERIMENT TEMPLATE [FIRST_INDEX]
+    python tests/verl_tool_agent.py PROJECT EXPERIMENT TEMPLATE [FIRST_INDEX [BACKEND [SAMPLES]]]
 
 ``import verl`` loads otel-trackio through verl's own plugin entry points (nothing here names
 it); ``RolloutTraceConfig.init(..., "otel", token2text=True)`` as verl's ``AgentLoopWorker``
 calls it; each sample runs ``ToolAgentLoop.run`` under ``rollout_trace_attr`` as the worker's
-``_run_agent_loop`` does. The tokenizer is a byte-level BPE trained here on a few sentences,
+``_run_agent_loop`` does, a step's samples concurrently, as its ``generate_sequences`` runs
+them. The tokenizer is a byte-level BPE trained here on a few sentences,
 wrapped as a transformers ``PreTrainedTokenizerFast`` with a chat template that renders tools:
 TEMPLATE ``chatml`` (Qwen-style) or ``plain`` (``### role`` headers, a template no markup reader
 knows); the policy behind verl's ``LLMServerClient`` (only its server lookup is replaced)
 answers with token ids: samples FIRST_INDEX (default 0) and FIRST_INDEX + 1 of each step,
 the first calling ``calculator`` once, the second twice in parallel, then each answers. With
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` the spans go to a receiver there. Prints one line per sample,
-``HELD`` and JSON: the messages the agent loop held at the end.
+``HELD`` and JSON: the messages the agent loop held at the end, then ``ROLLOUT_SECONDS`` and the
+time the samples took. BACKEND (default ``otel``) is verl's trace backend (``trackio``: verl's own
+Trackio tracing, for ``bench/bench_verl.py``); SAMPLES (default 2) the samples per step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import verl  # noqa: F401 - loads the plugins, as verl's trainer and workers do
@@ -183,43 +188,58 @@ def config() -> Any:
     )
 
 
-async def main(project: str, experiment: str, template: str, first: str = "0") -> None:
-    RolloutTraceConfig.init(project, experiment, "otel", token2text=True)
+async def main(
+    project: str,
+    experiment: str,
+    template: str,
+    first: str = "0",
+    backend: str = "otel",
+    samples: str = str(SAMPLES),
+) -> None:
+    RolloutTraceConfig.init(project, experiment, backend, token2text=True)
     tokenizer = build_tokenizer(template)
     cfg = config()
-    sample = [0]
-    client = ScriptedClient(cfg, ScriptedServer(tokenizer, sample))
     tool = Calculator({}, CALCULATOR_SCHEMA)
-    held: list[Any] = []
+    holder: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("held")
     original = AgentData.__init__
 
     def keep(self: Any, *args: Any, **kwargs: Any) -> None:  # what the loop held, to compare
         original(self, *args, **kwargs)
-        held.append(self.messages)
+        holder.get().append(self.messages)
 
     AgentData.__init__ = keep  # type: ignore[method-assign]
-    for step in STEPS:
-        for index in range(int(first), int(first) + SAMPLES):
-            sample[0] = index % SAMPLES
-            loop = ToolAgentLoop(
-                trainer_config=DictConfigWrap(config=cfg),
-                server_manager=client,
-                tokenizer=tokenizer,
-                processor=None,
-                dataset_cls=None,
-                data_config=DictConfigWrap(cfg.data),
-                tools=ToolListWrap([tool]),
-            )
-            prompt = [
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": QUESTION},
-            ]
-            with rollout_trace_attr(step=step, sample_index=index, rollout_n=0, name="agent_loop"):
-                await loop.run({"temperature": 1.0}, raw_prompt=prompt)
-            sent = {"step": step, "sample_index": index, "messages": held[-1]}
+
+    async def one_sample(step: int, index: int) -> list[Any]:
+        """verl's ``_run_agent_loop``: one sample under ``rollout_trace_attr``."""
+        held: list[Any] = []
+        holder.set(held)  # this sample's task only
+        server = ScriptedServer(tokenizer, [index % SAMPLES])
+        loop = ToolAgentLoop(
+            trainer_config=DictConfigWrap(config=cfg),
+            server_manager=ScriptedClient(cfg, server),
+            tokenizer=tokenizer,
+            processor=None,
+            dataset_cls=None,
+            data_config=DictConfigWrap(cfg.data),
+            tools=ToolListWrap([tool]),
+        )
+        prompt = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+        with rollout_trace_attr(step=step, sample_index=index, rollout_n=0, name="agent_loop"):
+            await loop.run({"temperature": 1.0}, raw_prompt=prompt)
+        return held[-1]
+
+    started = time.perf_counter()
+    for step in STEPS:  # a batch: its samples concurrently, as verl's AgentLoopWorker runs them
+        indexes = range(int(first), int(first) + int(samples))
+        batch = await asyncio.gather(*(one_sample(step, index) for index in indexes))
+        for index, messages in zip(indexes, batch, strict=True):
+            sent = {"step": step, "sample_index": index, "messages": messages}
             print("HELD", json.dumps(sent, default=str), flush=True)
+    print("ROLLOUT_SECONDS", time.perf_counter() - started, flush=True)
+    if backend == "trackio":  # verl's trainer finishes the run (Tracking.finish) at its end
+        RolloutTraceConfig.get_client().finish()
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    asyncio.run(main(*sys.argv[1:5]))
+    asyncio.run(main(*sys.argv[1:7]))
