@@ -234,8 +234,9 @@ class TrackioSettings:
         sample_ttl_seconds: a trace idle this long is logged as partial.
         sample_grace_seconds: how long a completed sample waits for spans and GenAI log events of
             it arriving after its root (None: 0 in process, where children always come first,
-            2 s once a log exporter feeds the pipeline; in the OTLP receiver 0.5 s until the
-            run shows spans trailing their root — several processes, a Collector — then 5 s).
+            2 s once a log exporter feeds the pipeline; in the OTLP receiver, until the run shows
+            spans trailing their root — several processes, a Collector — a sample goes out once
+            the requests begun before it completed are in, within 5 s; then 5 s).
         max_buffered_spans: past this many waiting spans (and log events waiting for their
             span) the oldest samples go out as partial.
         max_value_chars: longer strings are cut with a visible marker.

@@ -491,3 +491,12 @@ def test_each_run_keeps_its_own_latest_step_for_step_less_metrics(project, start
     assert [t["step"] for t in read_traces(project, "a")] == [9]
     steps = [row["step"] for row in read_logs(project, "b") if "episodes" in row]
     assert steps == [0]
+
+
+def test_the_command_says_its_version(capsys):
+    import otel_trackio
+
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"otel-trackio {otel_trackio.__version__}"

@@ -92,8 +92,3 @@ class GracePolicy:
         (they come through another processor on its own schedule, so a receiver holding every
         span sent may not hold their events yet)."""
         return self.quick_seconds() is not None and not log_events
-
-
-def grace_seconds(settings: TrackioSettings, *, receiver: bool, log_events: bool = False) -> float:
-    """Shorthand for ``GracePolicy.of(settings, receiver=receiver).seconds(...)``."""
-    return GracePolicy.of(settings, receiver=receiver).seconds(log_events=log_events)

@@ -19,9 +19,12 @@ def _print(line: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``otel-trackio`` argument parser: ``serve`` and ``drain``."""
+    from otel_trackio import __version__
+
     parser = argparse.ArgumentParser(
         prog="otel-trackio", description="OpenTelemetry to Hugging Face Trackio."
     )
+    parser.add_argument("--version", action="version", version=f"otel-trackio {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
@@ -121,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="how long every completed sample waits for its spans arriving after its root "
-        "(default: 0.5 until the run shows spans trailing their root, then 5; or "
+        "(default: until the requests begun before it completed are in, at most 5, while the "
+        "run shows no spans trailing their root, then 5; or "
         "OTEL_EXPORTER_TRACKIO_SAMPLE_GRACE_SECONDS)",
     )
     serve.add_argument(
