@@ -4,9 +4,9 @@ Cheap on purpose (it runs on the rollout's export path): fields are copied, noth
 The SDK's public accessors cost more than that path can afford per span (the export thread holds
 the GIL the rollout's event loop needs): ``attributes`` wraps the ``BoundedAttributes`` in a
 ``MappingProxyType`` whose copy runs Python code per key, ``events`` copies the list under a
-lock, ``kind.value`` and ``status.status_code.value`` go through ``enum``'s descriptors — about
-10 µs per GenAI span. :func:`span_row` reads the same fields from the span's own slots in well
-under a microsecond, and reads them through the public API instead for any span without the
+lock, ``kind.value`` and ``status.status_code.value`` go through ``enum``'s descriptors.
+:func:`span_row` reads the same fields from the span's own slots, several times faster, and reads
+them through the public API instead for any span without the
 SDK's layout (another SDK version, a hand-made ``ReadableSpan``). This module is the one place
 that knows the SDK's private layout; ``tests/test_sdk_span.py`` checks both ways agree.
 """
@@ -123,8 +123,8 @@ def extend_rows(
     path, a whole batch in one loop.
 
     :func:`_row_from_slots` inlined: the export thread holds the GIL the rollout's event loop
-    waits for, and the calls and the tuple per span cost about a third of the encoding (2.7 ->
-    2.0 µs per GenAI span with the pickling). A span without the SDK's layout takes the public
+    waits for, and a call and a tuple per span would cost a good part of the encoding. A span
+    without the SDK's layout takes the public
     accessors (:func:`span_row`)."""
     extend = flat.extend
     last_scope: Any = None

@@ -4,8 +4,8 @@ process cheap.
 An entry is a kind byte and a pickled payload, read back by :mod:`.safe_pickle` (plain data and
 this package's records only: an entry cannot run code when it is read). Spans travel as plain
 rows (:mod:`.rows`) read straight from the SDK's span and laid end to end in one list
-(:func:`.sdk.extend_rows`: no object to build per span in the producer, about 2 µs per GenAI
-span with the pickling), with each resource's attributes sent once per entry.
+(:func:`.sdk.extend_rows`: no object to build per span in the producer), with each resource's
+attributes sent once per entry.
 
 Kinds: :data:`SPANS` (a batch of spans, optionally with a route), :data:`EVENTS` (GenAI log
 events, which join their spans), :data:`METRICS` (a route and a serialised OTLP
@@ -58,8 +58,8 @@ def _loads(payload: bytes) -> Any:
 
 
 def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = NO_ROUTE) -> bytes:
-    """SDK spans as one :data:`SPANS` payload (what ``offload=True`` pays per export: about
-    2 µs per GenAI span, most of it the one ``pickle.dumps`` of the batch)."""
+    """SDK spans as one :data:`SPANS` payload (what ``offload=True`` pays per export, most of it
+    the one ``pickle.dumps`` of the batch)."""
     resources: dict[int, Mapping[str, Any]] = {}
     flat: list[Any] = []
     extend_rows(spans, flat, resources)

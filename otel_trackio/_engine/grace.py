@@ -6,18 +6,17 @@ children before its root), :data:`LOG_GRACE_SECONDS` once GenAI log events feed 
 and in the OTLP receiver a *quick phase* until the run shows its data trailing a sample's root,
 :data:`RECEIVER_GRACE_SECONDS` from then on.
 
-The receiver's rule, measured. One process's SDK exporter delivers a sample's spans children
+The receiver's rule. One process's SDK exporter delivers a sample's spans children
 first (they end first, and its ``BatchSpanProcessor`` sends in order), so in the quick phase a
 completed sample goes out as soon as every request the receiver had begun taking before the sample
 completed has been handed over to its pipeline
 (:meth:`~otel_trackio._engine.pipeline.TracePipeline.settle`; the drain notes when the oldest
 request still being taken began and where the spool ends, and settles once it has handed the
-spool over that far), at the latest after the grace period (requests that never end).
-``bench/bench_receiver.py`` 6b/6c: root to queryable p99 0.15-0.6 s, quiet to busy (0.7-1.0 s
-with a 0.5 s timer, 5.1 s with the 5 s grace). Waiting for those requests rather than for a
-timer keeps one client's concurrent batches whole: the OTel JS SDK's ``forceFlush`` sends all its
-batches at once; a fixed 0-0.2 s wait split 1-2 of 2,000 samples nearly every burst, this rule
-none in 12 bursts of 2,800.
+spool over that far), at the latest after the grace period (requests that never end): a sample
+is in storage well within a second of its root (``docs/performance.md``, figures 6b/6c). Waiting
+for those requests rather than for a timer keeps one client's concurrent batches whole: the OTel JS
+SDK's ``forceFlush`` sends all its batches at once, and a short fixed wait split some samples of
+nearly every burst.
 
 Spans trail their root when the sample spans processes (a model server continuing the trace),
 or one client's batches go concurrently or are retried, or a Collector reorders them. So a run is

@@ -19,11 +19,10 @@ def offload_enabled(settings: TrackioSettings) -> bool:
     the ``OTEL_EXPORTER_TRACKIO_OFFLOAD`` variable; else on — for ``configure()``, the zero-code
     setup and a span exporter built by hand alike.
 
-    On by default everywhere because that is what keeps the rollout cheap: in the asyncio
-    agent-loop benchmark (``bench/bench_asyncio.py``) the in-process exporter adds ~270-300 µs
-    of rollout-process CPU per span (conversion and Trackio writes on the export thread), the
-    offloading one -1 to +7 µs (behind ``TrackioSpanProcessor``). A malformed variable is
-    warned about and taken as unset.
+    On by default everywhere because that is what keeps the rollout cheap: in process, the
+    conversion and Trackio's writes run on the export thread of the rollout process, taking CPU
+    and the GIL from the rollout (``docs/performance.md``, figures 8 and 13). A malformed variable
+    is warned about and taken as unset.
     """
     if settings.offload is not None:
         return settings.offload

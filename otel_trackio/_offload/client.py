@@ -1,7 +1,7 @@
 """The rollout-process side of ``offload=True``: spool the spans, let a writer process log them.
 
-``export()`` turns SDK spans into lean tuples and appends them to this process's own spool (about
-6 µs per span); no conversion, no JSON parsing and no Trackio call happen here, and unless this
+``export()`` turns SDK spans into lean tuples and appends them to this process's own spool; no
+conversion, no JSON parsing and no Trackio call happen here, and unless this
 process holds the run itself (given, or active here) Trackio is never even imported: the writer
 process (``python -m otel_trackio._offload``, a fresh interpreter: never a fork of the rollout)
 opens the run, reports it, and drains the spool into it; metrics go the same way

@@ -4,11 +4,10 @@ and a thread of the spooler's own appends the encoded chunks to the spool.
 Why not a ``BatchSpanProcessor`` queue of spans, encoded by its export thread: on an asyncio
 rollout the event loop's thread is busy all the time, and whatever the export thread does holds
 the GIL the loop needs. Encoding a batch there read every span from memory the loop's CPU had
-just written (cold in the export thread's CPU: 3-4 µs per GenAI span against about 1 µs read
-where it was made), then let go of the GIL for the write and took it back from the loop. Here
-the rollout thread reads each span as it ends (its row, about 0.5 µs), packs
-:data:`CHUNK_SPANS` rows into one payload (about 1 µs per span, every :data:`CHUNK_SPANS` spans)
-and lets the span go: the span is freed on the thread that made it, the rows with the payload.
+just written (cold in the export thread's CPU cache, several times slower than where it was made),
+then let go of the GIL for the write and took it back from the loop. Here the rollout thread reads
+each span as it ends (its row), packs :data:`CHUNK_SPANS` rows into one payload and lets the span
+go: the span is freed on the thread that made it, the rows with the payload.
 The spooler's thread only writes bytes (figure 13 in ``docs/performance.md``).
 
 What it keeps: at most ``max_queue_size`` spans waiting, beside the batch being written (more
@@ -33,7 +32,7 @@ from otel_trackio._offload.client import OffloadClient
 CHUNK_SPANS = 64
 """Spans per encoded chunk: large enough that packing costs little per span (one ``pickle`` call
 per chunk), small enough that a chunk's spans are still in the CPU's cache when it is packed (64
-GenAI spans of ~2 KB: ~130 KB). Chosen, not tuned: figure 13 measured with 64."""
+GenAI spans of ~2 KB: ~130 KB). Chosen, not tuned."""
 
 
 class SpanSpooler:
