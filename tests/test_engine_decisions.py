@@ -88,3 +88,18 @@ def test_every_refused_offloaded_export_counts_as_a_failed_export(
             pass
     assert spans.stats.failed_exports == 3  # was int(refused > 0): 1
     spans.shutdown(timeout_millis=5000)
+
+
+def test_only_a_pipeline_beside_the_rollout_hands_the_gil_over_between_samples(project):
+    """In process, conversion yields the GIL between samples so a rollout thread waking from a
+    model call does not wait for it; a writer process or the receiver has no rollout to wait."""
+    from otel_trackio._engine.run import build_run_engine
+    from otel_trackio.settings import TrackioSettings
+
+    settings = TrackioSettings(project=project, name="gil")
+    for transport, beside in (("process", True), ("offload", False), ("receiver", False)):
+        engine = build_run_engine(settings, transport=transport)
+        try:
+            assert engine.spans._beside_rollout is beside, transport
+        finally:
+            engine.shutdown()

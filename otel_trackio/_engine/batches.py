@@ -61,15 +61,22 @@ class Converter:
 
 
 def by_step(
-    samples: Iterable[Sample], convert: Callable[[Sample], TraceDict]
+    samples: Iterable[Sample],
+    convert: Callable[[Sample], TraceDict],
+    *,
+    beside_rollout: bool = True,
 ) -> dict[int, list[tuple[Sample, TraceDict]]]:
-    """Each step's samples with their Trace dicts, in sample order within a step."""
+    """Each step's samples with their Trace dicts, in sample order within a step.
+
+    ``beside_rollout``: the conversion shares its process with the rollout (in process), so it
+    hands the GIL over between samples: a rollout thread waking from a model call would otherwise
+    wait up to the interpreter's switch interval for it. A writer process or the receiver has
+    no rollout to hand it to."""
     steps: dict[int, list[tuple[Sample, TraceDict]]] = {}
     for sample in samples:
         steps.setdefault(sample.identity.step, []).append((sample, convert(sample)))
-        # Hand the GIL over between samples: a rollout thread waking from a model call
-        # would otherwise wait up to the interpreter's 5 ms switch interval for it.
-        time.sleep(0)
+        if beside_rollout:
+            time.sleep(0)
     for converted in steps.values():
         converted.sort(key=lambda pair: sample_order(pair[0]))
     return steps

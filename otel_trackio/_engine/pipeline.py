@@ -66,6 +66,8 @@ class TracePipeline:
         open_spans: where the spans still open of a trace logged at the TTL are read.
         steps: where the latest step is read and noted (default: the assembler's own).
         clock: monotonic seconds (the assembler's and the timer's).
+        beside_rollout: the rollout runs in this process (in process): conversion hands the GIL
+            over between samples (a writer process or the receiver has no rollout to wait).
     """
 
     def __init__(
@@ -78,8 +80,10 @@ class TracePipeline:
         open_spans: OpenSpanSource | None = None,
         steps: StepMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
+        beside_rollout: bool = True,
     ) -> None:
         self.settings = settings
+        self._beside_rollout = beside_rollout  # the rollout runs in this process (in process)
         self.sink = sink
         self.grace = grace if grace is not None else GracePolicy.of(settings)
         # GenAI log events feed this pipeline (see expect_log_events).
@@ -432,7 +436,7 @@ class TracePipeline:
             fresh = [kept for kept in map(self.stored_filter, samples) if kept is not None]
             self.stats.already_stored += len(samples) - len(fresh)
             samples = fresh
-        batches = by_step(samples, self._convert)
+        batches = by_step(samples, self._convert, beside_rollout=self._beside_rollout)
         evicted = sum(1 for sample in samples if sample.identity.partial_reason == "capacity")
         if evicted:
             self.stats.evicted_samples += evicted

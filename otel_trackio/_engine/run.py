@@ -140,7 +140,13 @@ def build_run_engine(
     steps: StepMemory = PROCESS_STEPS if transport == "process" else OwnSteps()
     grace = GracePolicy.of(settings, receiver=transport == "receiver")
     pipeline = TracePipeline(
-        settings, sink, grace=grace, open_samples=open_samples, open_spans=open_spans, steps=steps
+        settings,
+        sink,
+        grace=grace,
+        open_samples=open_samples,
+        open_spans=open_spans,
+        steps=steps,
+        beside_rollout=transport == "process",
     )
     if log_events:
         pipeline.expect_log_events()
