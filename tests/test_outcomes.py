@@ -202,3 +202,19 @@ def test_rollouts_without_a_sample_index_are_one_sample_said_and_no_score_is_pic
     err = capfd.readouterr().err
     assert "a trace without 'sample_index' holds 5 spans with a 'step'" in err
     assert "put 'sample_index' on each rollout's root span" in err
+
+
+def test_stragglers_one_batch_at_a_time_relog_their_step_a_few_times_not_every_batch():
+    """Async RL: 1,000 late samples of an earlier step arrive one batch each. The step's table is
+    handed out again as late rows reach a quarter of what it last held (a few whole tables), and
+    the flush hands out the rest: the latest table holds every row."""
+    tables = StepTables(order=lambda v: (v is None, str(v)))
+    tables.add(0, [{"sample_index": i} for i in range(1000)])
+    tables.add(1, [{"sample_index": 0}])
+    handed = [len(rows) for step, rows in tables.due() if step == 0]
+    for i in range(1000, 2000):
+        tables.add(0, [{"sample_index": i}])
+        handed += [len(rows) for step, rows in tables.due() if step == 0]
+    handed += [len(rows) for step, rows in tables.take_all() if step == 0]
+    assert handed[0] == 1000 and handed[-1] == 2000  # whole, with every straggler
+    assert len(handed) <= 5 and sum(handed) <= 8000  # before: 1,001 tables, 1.5 million rows

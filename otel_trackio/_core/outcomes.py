@@ -118,7 +118,10 @@ class StepTables:
     Media & Tables tab. A step is over when a sample of a later step is logged (:meth:`due`) or
     at a flush (:meth:`take_all`: the trainer's end-of-step ``force_flush``, the shutdown). A
     sample of a step already handed out (a straggler) hands the step out again, whole: the
-    latest table of a step holds all its samples. Rows of the last ``keep_steps`` steps are
+    latest table of a step holds all its samples. Between flushes a step is handed out again
+    only once its late rows reach a quarter of the rows it was last handed out with, so
+    stragglers arriving one batch at a time cost a number of tables that grows with the log of
+    the step's size, not one whole table per batch. Rows of the last ``keep_steps`` steps are
     kept for that; a straggler of an older step makes a table of the late rows only.
 
     Args:
@@ -132,6 +135,7 @@ class StepTables:
         self._keep_steps = keep_steps
         self._rows: dict[int, list[OutcomeRow]] = {}
         self._pending: set[int] = set()
+        self._handed: dict[int, int] = {}  # rows a step had when last handed out
         self._latest: int | None = None
 
     def add(self, step: int, rows: Iterable[OutcomeRow]) -> None:
@@ -146,7 +150,15 @@ class StepTables:
     def due(self) -> list[tuple[int, list[OutcomeRow]]]:
         """The tables of the steps that are over (a later step has rows), oldest first."""
         latest = self._latest
-        return self._take([s for s in self._pending if latest is not None and s < latest])
+        if latest is None:
+            return []
+        return self._take([s for s in self._pending if s < latest and self._late_enough(s)])
+
+    def _late_enough(self, step: int) -> bool:
+        handed = self._handed.get(step)
+        if handed is None:
+            return True
+        return len(self._rows.get(step, ())) - handed >= max(1, handed // 4)
 
     def take_all(self) -> list[tuple[int, list[OutcomeRow]]]:
         """Every table not handed out yet (a flush), oldest first."""
@@ -156,6 +168,7 @@ class StepTables:
         out = []
         for step in sorted(steps):
             self._pending.discard(step)
+            self._handed[step] = len(self._rows[step])
             rows = sorted(
                 self._rows[step],
                 key=lambda r: (self._order(r.get("sample_index")), self._order(r.get("rollout_n"))),
@@ -166,4 +179,5 @@ class StepTables:
                 break
             if step not in self._pending:
                 del self._rows[step]
+                self._handed.pop(step, None)
         return out
