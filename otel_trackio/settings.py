@@ -420,8 +420,60 @@ def split_options(
     base = base or TrackioSettings()
     known = {k: v for k, v in options.items() if k in SETTING_NAMES and k != "trackio_init"}
     extra = {k: v for k, v in options.items() if k not in SETTING_NAMES}
+    for key in extra:
+        _check_init_keyword(key)
     init = {**base.trackio_init, **dict(options.get("trackio_init") or {}), **extra}
     return dataclasses.replace(base, **known, trackio_init=init)
+
+
+#: ``trackio.init``'s keywords (Trackio 0.43), so a keyword is checked without importing Trackio
+#: (a process that offloads never does); another is looked up in the installed Trackio.
+TRACKIO_INIT_KEYWORDS = frozenset(
+    {
+        "project",
+        "name",
+        "group",
+        "space_id",
+        "server_url",
+        "dataset_id",
+        "bucket_id",
+        "config",
+        "resume",
+        "settings",
+        "private",
+        "embed",
+        "auto_log_gpu",
+        "gpu_log_interval",
+        "auto_log_cpu",
+        "cpu_log_interval",
+        "webhook_url",
+        "webhook_min_level",
+    }
+)
+
+
+def _check_init_keyword(key: str) -> None:
+    """A keyword that is no setting must be one of ``trackio.init``'s: else a
+    :class:`TrackioConfigError` here, in the calling process, naming the nearest setting or
+    keyword (a misspelt setting would otherwise fail later, in the writer process)."""
+    if key in TRACKIO_INIT_KEYWORDS:
+        return
+    try:
+        import inspect
+
+        import trackio
+
+        if key in inspect.signature(trackio.init).parameters:
+            return
+    except (ImportError, TypeError, ValueError):
+        pass
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(SETTING_NAMES | TRACKIO_INIT_KEYWORDS), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise TrackioConfigError(
+        f"{key!r} is neither an otel-trackio setting nor a trackio.init keyword{hint}"
+    )
 
 
 def settings_for(

@@ -193,3 +193,20 @@ def test_a_run_without_trackio_internals_stores_every_sample_and_says_what_is_lo
     lost = [r.getMessage() for r in caplog.records if "lacks" in r.getMessage()]
     assert len(lost) == 1, lost
     assert "no longer written to storage before export() returns" in lost[0]
+
+
+def test_a_misspelt_keyword_is_refused_where_it_was_written_with_the_setting_meant(project):
+    """A keyword that is neither a setting nor a ``trackio.init`` keyword is refused in the
+    calling process (it used to reach ``trackio.init`` in the writer process and fail there)."""
+    import otel_trackio
+    from otel_trackio import TrackioConfigError, TrackioSpanExporter
+
+    for build in (
+        lambda: TrackioSpanExporter(project, "r", max_samples_per_stp=3),
+        lambda: otel_trackio.configure(project, "r", max_samples_per_stp=3),
+    ):
+        with pytest.raises(TrackioConfigError, match="did you mean 'max_samples_per_step'"):
+            build()
+    exporter = TrackioSpanExporter(project, "r", private=True, config={"lr": 1e-4})
+    assert exporter.settings.trackio_init == {"private": True, "config": {"lr": 1e-4}}
+    exporter.shutdown()
