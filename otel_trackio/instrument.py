@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import json
 import threading
 import weakref
 from collections.abc import Callable
@@ -27,16 +26,13 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 
-from otel_trackio._core.values import MAX_ITEMS, MAX_STRING_CHARS, cut_text, json_safe
+from otel_trackio._core.values import MAX_ITEMS, MAX_STRING_CHARS, json_safe, json_text
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio.settings import active_settings
 
 __all__ = ["MAX_STRING_CHARS", "rollout", "traced"]
 
 _SCOPE = "otel_trackio"
-
-#: caps applied to recorded values on the calling thread
-MAX_VALUE_CHARS = 32 * 1024
 
 _KINDS = {"generation": "LLM", "llm": "LLM", "tool": "TOOL", "span": "CHAIN", "chain": "CHAIN"}
 
@@ -66,11 +62,6 @@ def _tracer(provider: TracerProvider | None = None) -> Tracer:
 # -- recorded values --------------------------------------------------------------------------
 
 
-def _dumps(value: Any) -> str:
-    text = json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False)
-    return cut_text(text, MAX_VALUE_CHARS)
-
-
 def _attribute_value(value: Any) -> Any:
     """A valid OTel attribute value: primitives and homogeneous primitive lists as is (numpy
     scalars as numbers), anything else as JSON text."""
@@ -83,7 +74,7 @@ def _attribute_value(value: Any) -> Any:
         kinds = {type(v) for v in value}
         if len(kinds) == 1 and kinds <= {str, bool, int, float}:
             return list(value)
-    return _dumps(value)
+    return json_text(value)
 
 
 # -- rollout() --------------------------------------------------------------------------------
@@ -248,13 +239,13 @@ class _Call:
                 arguments.pop(next(iter(self.sig.parameters)), None)
         except TypeError:
             arguments = {"args": list(args), "kwargs": kwargs}  # the call itself will complain
-        span.set_attribute("input.value", _dumps(arguments))
+        span.set_attribute("input.value", json_text(arguments))
         span.set_attribute("input.mime_type", "application/json")
 
     def output(self, span: Span, result: Any) -> None:
         if not self.record_outputs or not span.is_recording():
             return
-        span.set_attribute("output.value", _dumps(result))
+        span.set_attribute("output.value", json_text(result))
         span.set_attribute("output.mime_type", "application/json")
 
 

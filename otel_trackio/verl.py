@@ -69,8 +69,8 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_trackio._core.conventions import chat_markup
 from otel_trackio._core.conventions.tokens import DECODED_TEXT_ATTRIBUTES, token_ids
-from otel_trackio._core.values import json_safe
-from otel_trackio.instrument import _dumps, rollout
+from otel_trackio._core.values import json_safe, json_text
+from otel_trackio.instrument import rollout
 from otel_trackio.sampling import step_sampler
 from otel_trackio.settings import TrackioSettings
 from otel_trackio.span_processor import OpenSampleTracker
@@ -450,9 +450,9 @@ def _record(
     if prompt is not None:
         _record_agent(span, instance, prompt, result, held[0] if len(held) == 1 else None)
         return
-    span.set_attribute("input.value", _dumps(inputs))
+    span.set_attribute("input.value", json_text(inputs))
     span.set_attribute("input.mime_type", "application/json")
-    span.set_attribute("output.value", _dumps(result))
+    span.set_attribute("output.value", json_text(result))
     span.set_attribute("output.mime_type", "application/json")
 
 
@@ -494,15 +494,15 @@ def _record_tool(
     name = getattr(instance, "name", None)
     if isinstance(name, str):
         span.set_attribute("gen_ai.tool.name", name)
-    span.set_attribute("gen_ai.tool.call.arguments", _dumps(inputs.get("parameters")))
+    span.set_attribute("gen_ai.tool.call.arguments", json_text(inputs.get("parameters")))
     text = _field(response, "text")
     span.set_attribute(
-        "gen_ai.tool.call.result", text if isinstance(text, str) else _dumps(response)
+        "gen_ai.tool.call.result", text if isinstance(text, str) else json_text(response)
     )
     if isinstance(reward, (int, float)) and not isinstance(reward, bool):
         span.set_attribute("verl.tool_reward", float(reward))
     if metrics:
-        span.set_attribute("verl.tool_metrics", _dumps(metrics))
+        span.set_attribute("verl.tool_metrics", json_text(metrics))
 
 
 def _raw_prompt(inputs: Mapping[str, Any]) -> list[Any] | None:

@@ -292,3 +292,14 @@ def _storable(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return f"<{len(value)} bytes>"
     return _storable(str(value))
+
+
+#: how long a value recorded as a span attribute on the calling thread may be (JSON text)
+MAX_RECORDED_CHARS = 32 * 1024
+
+
+def json_text(value: Any) -> str:
+    """A value as the JSON text a span attribute records (made JSON-safe, cut to
+    :data:`MAX_RECORDED_CHARS`): what ``@traced`` and the verl integration record."""
+    text = json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False)
+    return cut_text(text, MAX_RECORDED_CHARS)
