@@ -434,6 +434,42 @@ def test_a_short_write_at_append_is_undone_before_the_next_entry(
     assert receiver.router.totals()["torn_entries"] == 0
 
 
+def test_a_reader_between_a_half_written_append_and_its_cut_back_takes_none_of_it(
+    tmp_path, monkeypatch
+):
+    """An append of three entries fails half-way (the disk fills): its first entry is whole on
+    disk until the producer cuts the segment back. A drainer reading in that window must take
+    none of the append — it was refused, all of it — and, after the cut-back, read on from
+    where it was as the next append lands there (before: it took the first entry, stored what
+    was refused, then sat past the segment's end while new entries went in before it)."""
+    from otel_trackio._spool.segments import Position, Producer, Reader
+
+    spool = tmp_path / "spool"
+    producer = Producer(spool, 1 << 24)
+    reader = Reader(spool)
+    producer.append_all([(1, b"before")])
+    real = spool_segments._write_all
+    seen: list[list[bytes]] = []
+
+    def write(handle: Any, *buffers: bytes) -> None:
+        if not seen:  # the failing append: half of it written, read in that window, then ENOSPC
+            data = b"".join(bytes(b) for b in buffers)
+            os.write(handle.fileno(), data[: len(data) // 2])
+            seen.append([e.payload for e in reader.read(Position(1, 0), 1 << 20)])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(handle, *buffers)
+
+    monkeypatch.setattr(spool_segments, "_write_all", write)
+    with pytest.raises(OSError):
+        producer.append_all([(1, b"a" * 4000), (1, b"b" * 4000), (1, b"c" * 4000)])
+    assert seen == [[b"before"]]  # the half-written append is not readable
+    producer.append_all([(1, b"after")])
+    entries = reader.read(reader.reached, 1 << 20)
+    assert [e.payload for e in entries] == [b"after"]
+    assert reader.torn_entries == 0
+    producer.close()
+
+
 def test_one_request_for_two_runs_is_spooled_whole_or_not_at_all(
     project, start_receiver, tmp_path, monkeypatch
 ):

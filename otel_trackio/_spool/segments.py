@@ -35,6 +35,8 @@ from typing import Any, BinaryIO
 
 HEADER = struct.Struct("<2sBBIIQ")  # magic, kind, flags, payload length, crc32, append time ns
 MAGIC = b"OT"
+#: header flag: the next entry belongs to the same append (one unit: read all of it or none)
+CONTINUED = 0x01
 SEGMENT_BYTES = 8 * 1024 * 1024
 _SUFFIX = ".seg"
 _CRC_CHUNK = 4096
@@ -266,12 +268,16 @@ class Producer:
     def append_all(self, entries: list[tuple[int, bytes]]) -> None:
         """Append several entries as one unit: all of them, or (on :class:`SpoolFull` or an
         ``OSError``) none of them. One request's entries for several routes go in this way, so
-        a refused request never leaves part of itself behind to be stored twice on retry."""
+        a refused request never leaves part of itself behind to be stored twice on retry. Every
+        entry but the unit's last is flagged :data:`CONTINUED`, so a reader never takes the
+        first entries of a unit whose write failed half-way before it was cut back."""
         now = time.time_ns()
         buffers: list[bytes] = []
-        for kind, payload in entries:
+        last = len(entries) - 1
+        for index, (kind, payload) in enumerate(entries):
+            flags = CONTINUED if index < last else 0  # a reader takes the unit whole or not at all
             buffers.append(
-                HEADER.pack(MAGIC, kind, 0, len(payload), crc32_holding_the_gil(payload), now)
+                HEADER.pack(MAGIC, kind, flags, len(payload), crc32_holding_the_gil(payload), now)
             )
             buffers.append(payload)
         size = sum(len(b) for b in buffers)
@@ -418,20 +424,26 @@ class Reader:
             size = os.fstat(handle.fileno()).st_size
             handle.seek(position.offset)
             taken = 0
-            while taken < budget:
+            unit: list[Entry] = []  # entries of an append whose last entry is not read yet
+            cursor = position
+            while taken < budget or unit:
                 header = handle.read(HEADER.size)
                 if len(header) < HEADER.size:
                     break
-                magic, kind, _, length, crc, appended = HEADER.unpack(header)
+                magic, kind, flags, length, crc, appended = HEADER.unpack(header)
                 if magic != MAGIC:
                     break
                 payload = handle.read(length)
                 if len(payload) != length or zlib.crc32(payload) != crc:
                     break
-                end = Position(position.seq, position.offset + HEADER.size + length)
-                out.append(Entry(position, end, kind, payload, appended))
-                taken += length
-                position = end
+                end = Position(cursor.seq, cursor.offset + HEADER.size + length)
+                unit.append(Entry(cursor, end, kind, payload, appended))
+                cursor = end
+                if not flags & CONTINUED:  # the unit is whole: it is read
+                    out.extend(unit)
+                    taken += sum(len(entry.payload) for entry in unit)
+                    unit = []
+                    position = end
         return out, position, max(0, size - position.offset)
 
     def _present(self, position: Position) -> Position | None:
