@@ -166,7 +166,9 @@ def test_many_samples_idle_at_once_are_logged_with_their_open_spans_in_one_look(
             "chat m": "success",
             "execute_tool get_weather": "unfinished",
         }
-    assert sum(looks) >= 200 and len(looks) < 20, looks  # a look per sweep, not per trace
+    # A look per sweep, covering every trace idle then, not a look per trace (looks of one):
+    # how many sweeps run before the writer stores them depends on how busy the machine is.
+    assert sum(looks) >= 200 and sum(looks) >= 20 * len(looks), looks
     for root, tool in hung:
         tool.end()
         root.end()
