@@ -20,6 +20,7 @@ import sys
 import zipfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import read_traces, stored, trace_usage
@@ -68,6 +69,28 @@ def get_event_loop():
         asyncio.set_event_loop(loop)
         return loop
 '''
+
+
+def run_in_verl(*args: str, env: dict[str, str] | None = None) -> str:
+    """Run ``args`` with the real verl environment's Python (``make test-packages`` makes it);
+    its stdout. ``env``: the environment (default: this one without OTel and verl variables)."""
+    assert VERL_PYTHON.exists(), f"{VERL_PYTHON} is missing: `make test-packages` makes it"
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_"))}
+    result = subprocess.run(
+        [str(VERL_PYTHON), *args], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout
+
+
+def raw_rows(project: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(run_id, step, metrics) of every metrics row and (run_id, step, metadata) of every Trace
+    of ``project``, from raw SQLite: runs of one name would hide each other behind the API."""
+    with sqlite3.connect(Path(os.environ["TRACKIO_DIR"]) / f"{project}.db") as db:
+        metrics = db.execute("SELECT run_id, step, metrics FROM metrics").fetchall()
+        traces = db.execute("SELECT run_id, step, metadata FROM traces").fetchall()
+    return metrics, traces
 
 
 @pytest.fixture(scope="module")
@@ -349,19 +372,8 @@ def test_verls_tracking_and_its_samples_share_one_run(project, order):
     write into one Trackio run of the experiment's name, whichever opens it first: the samples,
     ``reward/mean`` and ``val/generations`` together. Read from raw SQLite: runs of one name
     would hide each other."""
-    assert VERL_PYTHON.exists(), f"{VERL_PYTHON} is missing: `make test-packages` makes it"
-    result = subprocess.run(
-        [str(VERL_PYTHON), str(HERE / "verl_tracking.py"), order, project, "exp"],
-        env={k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_"))},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    with sqlite3.connect(Path(os.environ["TRACKIO_DIR"]) / f"{project}.db") as db:
-        metrics = db.execute("SELECT run_id, step, metrics FROM metrics").fetchall()
-        traces = db.execute("SELECT run_id, step, metadata FROM traces").fetchall()
+    run_in_verl(str(HERE / "verl_tracking.py"), order, project, "exp")
+    metrics, traces = raw_rows(project)
     assert len({run for run, _, _ in metrics} | {run for run, _, _ in traces}) == 1
     rewards = sorted(
         (step, json.loads(values)["reward/mean"])
@@ -405,27 +417,18 @@ def test_verls_tool_agent_loop_stores_the_conversation_it_held(
 ):
     """verl's real ``ToolAgentLoop`` (hermes parser, ``LLMServerClient.generate``, a traced
     ``BaseTool``; the policy scripted behind the client, a locally trained tokenizer with a
-    ChatML template), through verl's plugin loading, straight into the run or over OTLP into a
-    receiver: each Trace's conversation is the messages the agent loop held — tool calls parsed,
-    each tool result a ``tool`` message, no template markup — while the generation spans keep the
-    decoded text and the token counts."""
-    assert VERL_PYTHON.exists(), f"{VERL_PYTHON} is missing: `make test-packages` makes it"
+    ChatML template or one no markup reader knows), through verl's plugin loading, straight into
+    the run or over OTLP into a receiver: each Trace's conversation is the messages the agent loop
+    held — tool calls parsed, each tool result a ``tool`` message, no template markup — while the
+    generation spans keep the decoded text and the token counts."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_"))}
     receiver = start_receiver(name="unused") if route == "receiver" else None
     if receiver is not None:
         environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.url
-    result = subprocess.run(
-        [str(VERL_PYTHON), str(HERE / "verl_tool_agent.py"), project, "exp", template],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    out = run_in_verl(str(HERE / "verl_tool_agent.py"), project, "exp", template, env=environ)
     if receiver is not None:
         receiver.stop()
-    held = [json.loads(line[5:]) for line in result.stdout.splitlines() if line.startswith("HELD ")]
+    held = [json.loads(line[5:]) for line in out.splitlines() if line.startswith("HELD ")]
     traces = read_traces(project, "exp")
     assert [(t["step"], t["metadata"]["sample_index"]) for t in traces] == [
         (s["step"], s["sample_index"]) for s in held
@@ -487,27 +490,16 @@ def test_verls_agent_loop_in_ray_actors_stores_every_sample_by_the_last_result(p
     every sample is in Trackio's storage when the driver exits — each worker's batch returns
     only once its spans are stored — with nothing started afterwards to drain a spool; the
     driver's ``Tracking`` metrics and validation generations are in the same run."""
-    assert VERL_PYTHON.exists(), f"{VERL_PYTHON} is missing: `make test-packages` makes it"
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_", "RAY_"))},
         "PYTHONPATH": str(HERE),
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_AUTH_MODE": "disabled",
     }
-    result = subprocess.run(
-        [str(VERL_PYTHON), "-c", RAY_TOOL_AGENT_DRIVER, project],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    with sqlite3.connect(Path(os.environ["TRACKIO_DIR"]) / f"{project}.db") as db:
-        metrics = db.execute("SELECT run_id, metrics FROM metrics").fetchall()
-        traces = db.execute("SELECT run_id, step, metadata FROM traces").fetchall()
-    assert len({run for run, _ in metrics} | {run for run, _, _ in traces}) == 1  # one run
-    assert any("reward/mean" in json.loads(values) for _, values in metrics)
+    run_in_verl("-c", RAY_TOOL_AGENT_DRIVER, project, env=environ)
+    metrics, traces = raw_rows(project)
+    assert len({run for run, _, _ in metrics} | {run for run, _, _ in traces}) == 1  # one run
+    assert any("reward/mean" in json.loads(values) for _, _, values in metrics)
     keys = Counter((step, json.loads(meta).get("sample_index")) for _, step, meta in traces)
     expected = Counter((step, index) for step in STEPS for index in range(4))
     assert keys == expected + Counter([(2, 0)])  # and the validation generation
