@@ -44,6 +44,33 @@ def test_the_memory_places_late_spans_and_forgets_past_its_limit():
     assert memory.only_sample_of(1) is None  # two samples came from trace 1
 
 
+def test_a_span_sent_again_is_known_by_its_trace_and_span_id_together():
+    """A source that numbers span ids per trace (span 1 of trace 1, span 1 of trace 2): each
+    trace's span is remembered apart, so one sent again after the other went out still goes
+    out once. Keyed by span id alone, the second trace's span made the first one forgotten."""
+    from otel_trackio._core.assembly import SampleAssembler
+    from otel_trackio.settings import TrackioSettings
+
+    def root(trace_id: int) -> SpanRecord:
+        return SpanRecord(
+            trace_id=trace_id, span_id=1, name="rollout", start_ns=0, end_ns=1,
+            attributes={"step": 0, "sample_index": trace_id},
+        )  # fmt: skip
+
+    assembler = SampleAssembler(TrackioSettings(), grace_seconds=0.0)
+    out = [*assembler.add([root(1)]), *assembler.add([root(2)]), *assembler.add([root(1)])]
+    out += assembler.flush()
+    assert sorted(s.identity.sample_index for s in out) == [1, 2]
+    assert assembler.resent == 1
+    memory = EmittedSamples()
+    one = SampleIdentity(trace_id=1, root_span_id=1, step=0, sample_index=1)
+    two = SampleIdentity(trace_id=2, root_span_id=1, step=0, sample_index=2)
+    memory.remember([root(1)], one)
+    memory.remember([root(2)], two)
+    assert (memory.identity_of(1, 1), memory.identity_of(2, 1)) == (one, two)
+    assert memory.went_out(root(1)) and memory.went_out(root(2))
+
+
 def test_log_events_join_a_span_once_after_its_own_events_and_in_time_order():
     span = _span(1)
     span.events = (EventRecord("own", 5),)

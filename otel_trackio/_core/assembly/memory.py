@@ -25,15 +25,17 @@ def _sameness(span: SpanRecord) -> int:
 
 
 class EmittedSamples:
-    """span id → identity of the emitted sample it went out with (and how that span ended);
+    """(trace id, span id) → identity of the emitted sample the span went out with (and how it
+    ended: a span is known by both ids, since a source that numbers span ids per trace reuses
+    them across traces);
     trace id → the identity of the one sample logged from it; the GenAI log events that went
     out. Each map keeps its ``limit`` most recent entries; :attr:`forgotten_steps` says at
     which steps spans were let go (a span sent again there is no longer known here)."""
 
     def __init__(self, limit: int = 50_000) -> None:
         self._limit = max(0, limit)
-        # span id -> (identity, what the span was: see sent_again)
-        self._spans: OrderedDict[int, tuple[SampleIdentity, int]] = OrderedDict()
+        # (trace id, span id) -> (identity, what the span was: see sent_again)
+        self._spans: OrderedDict[tuple[int, int], tuple[SampleIdentity, int]] = OrderedDict()
         self._traces: OrderedDict[int, object] = OrderedDict()
         self._events: OrderedDict[tuple[int, int, str, int, int], None] = OrderedDict()
         self.forgotten_steps: set[int] = set()
@@ -44,19 +46,13 @@ class EmittedSamples:
         """The identity of the emitted sample span ``span_id`` of ``trace_id`` went out with."""
         if span_id is None:
             return None
-        known = self._spans.get(span_id)
-        if known is None or known[0].trace_id != trace_id:
-            return None
-        return known[0]
+        known = self._spans.get((trace_id, span_id))
+        return None if known is None else known[0]
 
     def went_out(self, record: SpanRecord) -> bool:
         """True when this very span went out already (see :func:`sent_again`)."""
-        known = self._spans.get(record.span_id)
-        return (
-            known is not None
-            and known[0].trace_id == record.trace_id
-            and known[1] == _sameness(record)
-        )
+        known = self._spans.get((record.trace_id, record.span_id))
+        return known is not None and known[1] == _sameness(record)
 
     def event_went_out(self, event: LogEventRecord) -> bool:
         """True when this GenAI log event went out already, on its span."""
@@ -75,9 +71,10 @@ class EmittedSamples:
         events = self._events
         for span in spans:
             placeholder = PLACEHOLDER_ATTRIBUTE in span.attributes
-            if not (placeholder and span.span_id in emitted):  # the span it stands for stays
-                emitted[span.span_id] = (identity, _sameness(span))
-                emitted.move_to_end(span.span_id)
+            key = (span.trace_id, span.span_id)
+            if not (placeholder and key in emitted):  # the span it stands for stays
+                emitted[key] = (identity, _sameness(span))
+                emitted.move_to_end(key)
             for event in span.events:
                 if event.from_log:
                     events[_event_key(span.trace_id, span.span_id, event)] = None
