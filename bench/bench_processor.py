@@ -22,14 +22,20 @@ from typing import Any
 import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
 
 SPANS = 1000
-ATTRIBUTES = {
-    "gen_ai.operation.name": "chat",
-    "gen_ai.request.model": "qwen",
-    "gen_ai.usage.input_tokens": 420,
-    "gen_ai.usage.output_tokens": 21,
-    "gen_ai.input.messages": "x" * 2000,
-    "gen_ai.output.messages": "y" * 100,
-}
+def _attributes(i: int) -> dict[str, Any]:
+    """A GenAI span's attributes; its messages its own (as in a rollout: an encoder may not
+    count on one string object shared by every span)."""
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "qwen",
+        "gen_ai.usage.input_tokens": 420,
+        "gen_ai.usage.output_tokens": 21,
+        "gen_ai.input.messages": f"{i:08d}" + "x" * 1992,
+        "gen_ai.output.messages": f"{i:08d}" + "y" * 92,
+    }
+
+
+ATTRIBUTES = [_attributes(i) for i in range(SPANS)]
 TARGET_US = 0.5
 
 
@@ -65,8 +71,8 @@ def _whole_span(processor: Any) -> float:
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("bench")
     t0 = time.perf_counter()
-    for _ in range(SPANS):
-        with tracer.start_as_current_span("chat qwen", attributes=ATTRIBUTES):
+    for attributes in ATTRIBUTES:
+        with tracer.start_as_current_span("chat qwen", attributes=attributes):
             pass
     elapsed = time.perf_counter() - t0
     _forget(processor)
@@ -87,7 +93,7 @@ def main() -> None:
         exporter = TrackioSpanExporter("bench-processor", "r", offload=False, summary=False)
         offloaded = TrackioSpanExporter("bench-processor", "o", offload=True, summary=False)
     tracer = TracerProvider().get_tracer("bench")
-    spans = [tracer.start_span("chat qwen", attributes=ATTRIBUTES) for _ in range(SPANS)]
+    spans = [tracer.start_span("chat qwen", attributes=attributes) for attributes in ATTRIBUTES]
     sdk_processor = BatchSpanProcessor(w.NoOpSpanExporter(), **options)
     our_processor = TrackioSpanProcessor(exporter, **options)
     # Offloaded, on_end also encodes the span (what the export thread did before, cold).

@@ -103,3 +103,29 @@ def test_spool_payloads_hold_plain_values_whatever_subclass_a_library_used():
     _, (back,) = codec.decode_spans(codec.encode_records([record]))
     assert back.attributes == {"answer": "4", "level": 3, "both": (1, 2)}
     assert [type(v) for v in back.attributes.values()] == [str, int, tuple]
+
+
+def test_a_payload_of_another_shape_is_unreadable_not_a_crash() -> None:
+    """Data that reads (MessagePack of this format) but is not what its kind holds is refused as
+    unreadable (the drainer skips and counts it) rather than raising anything else."""
+    import msgpack
+
+    from otel_trackio._codec.packing import FORMAT, UnreadablePayload
+
+    shapes = {
+        spool.decode_spans: [[None, None], {}, [1, 2, 3]],  # rows of 14 fields
+        spool.decode_events: [[None, None], [1]],
+        spool.decode_metrics: [[None, None], "not bytes"],
+        spool.decode_flush: ["one", {}, []],
+        spool.decode_open_spans: [{"a": 1}],
+    }
+    for decode, value in shapes.items():
+        with pytest.raises(UnreadablePayload):
+            decode(msgpack.packb([FORMAT, value]))
+    attributes_as_list = [
+        [None, None],
+        {},
+        [b"\x00" * 16, 1, "n", 0, 1, None, False, [1, 2], None, 0, None, 0, 0, None],
+    ]
+    with pytest.raises(UnreadablePayload, match="attributes are not a map"):
+        spool.decode_spans(msgpack.packb([FORMAT, attributes_as_list]))

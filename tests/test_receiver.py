@@ -500,3 +500,31 @@ def test_the_command_says_its_version(capsys):
         cli_main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"otel-trackio {otel_trackio.__version__}"
+
+
+def test_a_clean_stop_keeps_its_runs_for_the_resend_horizon_only(tmp_path):
+    """``earlier-runs.json``: the runs a clean stop finished are named to the next starts for
+    :data:`RESEND_HORIZON_SECONDS` (a client's resend comes within a minute or two), the most
+    recent first, never the current start's own run; past the horizon the file goes."""
+    from otel_trackio.receiver._run_names import RESEND_HORIZON_SECONDS, RunNames
+
+    now = [1000.0]
+    first = RunNames(tmp_path, resume=False, clock=lambda: now[0])
+    first.remember("p", "run-1")
+    first.keep_as_earlier()
+    now[0] += 60
+    second = RunNames(tmp_path, resume=False, clock=lambda: now[0])
+    assert second.earlier("p") == ("run-1",)
+    second.remember("p", "run-2")
+    assert second.earlier("p") == ("run-1",)
+    second.keep_as_earlier()
+    now[0] += 60
+    third = RunNames(tmp_path, resume=False, clock=lambda: now[0])
+    assert third.earlier("p") == ("run-2", "run-1")
+    assert third.earlier("q") == ()
+    now[0] += RESEND_HORIZON_SECONDS - 90  # run-1 stopped past the horizon, run-2 not yet
+    assert third.earlier("p") == ("run-2",)
+    now[0] += 60
+    assert third.earlier("p") == ()
+    third.keep_as_earlier()  # nothing left to keep
+    assert not (tmp_path / "earlier-runs.json").exists()

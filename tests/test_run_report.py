@@ -216,7 +216,7 @@ def _stop(server: subprocess.Popen) -> str:
     return output
 
 
-def test_two_receiver_starts_without_a_name_make_two_runs_and_leave_no_spool(
+def test_two_receiver_starts_without_a_name_make_two_runs_and_leave_no_spool_data(
     project, trackio_dir, tmp_path
 ):
     spool = tmp_path / "spool"
@@ -226,8 +226,9 @@ def test_two_receiver_starts_without_a_name_make_two_runs_and_leave_no_spool(
         output = _stop(server)
         assert "open them with: " in output and f"show --project {project}" in output
         assert "samples logged to" in output
-        # A clean stop: every segment drained, no lock or runs.json left, the folder gone.
-        assert not spool.exists(), sorted(p.name for p in spool.iterdir())
+        # A clean stop: every segment drained, no lock or runs.json left; only the names of
+        # the runs it finished, for the next start's lookup of requests sent again.
+        assert sorted(p.name for p in spool.iterdir()) == ["earlier-runs.json"]
     runs = SQLiteStorage.get_runs(project)
     assert len(runs) == 2
     per_run = [sorted(t["metadata"]["sample_index"] for t in read_traces(project, r)) for r in runs]
@@ -280,7 +281,7 @@ def test_a_restart_after_an_unclean_stop_finishes_the_spool_in_its_run(
     assert SQLiteStorage.get_runs(project) == [first_run]
     indexes = sorted(t["metadata"]["sample_index"] for t in read_traces(project, first_run))
     assert indexes == list(range(500))  # all of them, once each, in the run they belong to
-    assert not spool.exists()
+    assert sorted(p.name for p in spool.iterdir()) == ["earlier-runs.json"]
 
 
 def test_offload_leaves_no_empty_spool_folders(project, trackio_dir, tmp_path):

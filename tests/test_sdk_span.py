@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -28,7 +27,6 @@ from otel_trackio._codec.sdk import (
     attributes_view,
     public_span_row,
     record_from_readable_span,
-    resource_attributes,
     span_row,
 )
 from otel_trackio._engine.open_spans import OpenSpans
@@ -128,18 +126,29 @@ def test_records_and_spool_rows_round_trip() -> None:
     assert chat.scope == "scope-a"
 
 
-def test_a_spool_entry_of_row_tuples_written_by_an_earlier_version_still_decodes() -> None:
-    """Spools outlive upgrades (a receiver restarted on a new version finishes what the old one
-    left): entries holding one tuple per span, as before rows were laid end to end, decode."""
-    spans = _spans()
-    resources: dict[int, Any] = {}
-    rows = []
-    for span in spans:
-        row, resource = span_row(span)
-        resources.setdefault(row[12], resource_attributes(resource))
-        rows.append(row)
-    earlier = pickle.dumps(((None, None), resources, rows), pickle.HIGHEST_PROTOCOL)
-    assert codec.decode_spans(earlier) == codec.decode_spans(codec.encode_sdk_spans(spans))
+def test_a_spool_entry_holds_odd_ids_and_values_as_they_were() -> None:
+    """What MessagePack has no plain form for still round-trips: a trace id no SDK makes (zero,
+    wider than 128 bits), an integer attribute beyond 64 bits, a ``str`` subclass, a lone
+    surrogate, bytes, and the routes' names."""
+
+    class Label(str):
+        pass
+
+    spans = [
+        ReadableSpan(
+            "odd",
+            context=SpanContext(trace_id, 7, is_remote=False),
+            start_time=1,
+            end_time=2,
+            attributes={"big": 1 << 70, "label": Label("x"), "bad": "a\udc80", "raw": b"\x00"},
+        )
+        for trace_id in (0, 1 << 130, (1 << 128) - 1)
+    ]
+    route, decoded = codec.decode_spans(codec.encode_sdk_spans(spans, ("p", "r")))
+    assert route == ("p", "r")
+    assert decoded == [record_from_readable_span(s) for s in spans]
+    assert [r.trace_id for r in decoded] == [0, 1 << 130, (1 << 128) - 1]
+    assert decoded[0].attributes == {"big": 1 << 70, "label": "x", "bad": "a\udc80", "raw": b"\x00"}
 
 
 def test_open_spans_read_the_span_id_of_sdk_and_hand_made_spans_alike() -> None:

@@ -20,6 +20,7 @@ import os
 import pickle
 import shutil
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -179,11 +180,12 @@ class Server:
         trackio_dir: str,
         spool: Path,
         *args: str,
-        name: str = "r",
+        name: str | None = "r",
         confined: bool = False,
         command: Sequence[str] = SERVE,
     ) -> None:
-        command = [*command, "--project", project, "--name", name, "--spool", str(spool), *args]
+        naming = ["--name", name] if name is not None else []
+        command = [*command, "--project", project, *naming, "--spool", str(spool), *args]
         if confined:
             # root ignores file permissions: drop the capabilities that let it, so a read-only
             # folder is read-only for the server as for any user
@@ -716,9 +718,15 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_spool_entry_that_would_run_code_is_skipped_counted_and_the_drain_goes_on(
+def test_a_spool_entry_that_is_not_data_is_skipped_counted_and_the_drain_goes_on(
     project, tmp_path, caplog
 ):
+    """A planted entry never runs code: a pickle that would run a command when loaded, and a
+    MessagePack entry naming a class its kind may not hold, are each skipped, counted and
+    warned about with the reason; the entries around them are stored."""
+    import msgpack
+
+    from otel_trackio._codec.packing import FIRST_CLASS_CODE, FORMAT, UnreadablePayload
     from otel_trackio._engine.run import build_run_engine
     from otel_trackio._offload.protocol import decode_config
     from otel_trackio._spool.drain import Drainer
@@ -728,9 +736,14 @@ def test_a_spool_entry_that_would_run_code_is_skipped_counted_and_the_drain_goes
     marker = tmp_path / "ran"
     spool = tmp_path / "spool"
     producer = Producer(spool, 1 << 24)
-    hostile = pickle.dumps(((None, None), {}, [_RunsCode(marker)]))
-    producer.append(codec.SPANS, hostile)
+    producer.append(codec.SPANS, pickle.dumps(((None, None), {}, [_RunsCode(marker)])))
     producer.append(codec.SPANS, codec.encode_sdk_spans(_spans(0, range(3))))
+    # Extension code 40: no class of a spans entry has it.
+    foreign = msgpack.packb(
+        [FORMAT, [[None, None], {}, [msgpack.ExtType(FIRST_CLASS_CODE + 24, b"\x80")]]]
+    )
+    producer.append(codec.SPANS, foreign)
+    producer.append(codec.SPANS, codec.encode_sdk_spans(_spans(1, range(3))))
     engine = build_run_engine(
         TrackioSettings(project=project, name="r", sample_grace_seconds=0), transport="offload"
     )
@@ -741,11 +754,17 @@ def test_a_spool_entry_that_would_run_code_is_skipped_counted_and_the_drain_goes
     drainer.close()
     engine.shutdown()
     assert not marker.exists()
-    assert drainer.stats.unreadable_entries == 1
-    assert "a spool entry in" in caplog.text and "posix.system" in caplog.text
-    _check("unreadable", {(0, i) for i in range(3)}, Stored(_stored_rows(project, "r")))
+    assert drainer.stats.unreadable_entries == 2
+    assert "it is a pickle" in caplog.text  # the next such warning waits its interval
+    with pytest.raises(UnreadablePayload, match="extension type 40"):
+        codec.decode_spans(foreign)
+    _check(
+        "unreadable",
+        {(step, i) for step in (0, 1) for i in range(3)},
+        Stored(_stored_rows(project, "r")),
+    )
     # The writer's config is read the same way.
-    with pytest.raises(ValueError, match=r"posix\.system"):
+    with pytest.raises(ValueError, match="it is a pickle"):
         decode_config(pickle.dumps(_RunsCode(marker)))
     assert not marker.exists()
 
@@ -1159,6 +1178,50 @@ def test_a_request_sent_again_to_the_restarted_receiver_is_stored_once(
         output = server.stop()
     acknowledged = set().union(*(_keys(batch) for batch in batches))
     _check("restart-resent", acknowledged, Stored(_stored_rows(project, "r", fresh_dir)))
+    assert "Traceback" not in output
+
+
+def _traces_by_run(project: str, trackio_dir: str) -> dict[str, list[dict[str, Any]]]:
+    """Every Trace of ``project`` by its run's name, from raw SQLite (runs of one name would
+    hide each other behind Trackio's API)."""
+    with sqlite3.connect(Path(trackio_dir) / f"{project}.db") as db:
+        rows = db.execute("SELECT run_name, step, metadata, spans FROM traces").fetchall()
+    out: dict[str, list[dict[str, Any]]] = {}
+    for run, step, metadata, spans in rows:
+        trace = {"step": step, "metadata": json.loads(metadata), "spans": json.loads(spans)}
+        out.setdefault(run, []).append(trace)
+    return out
+
+
+def test_a_request_sent_again_to_the_next_start_without_name_is_stored_once(
+    project, fresh_dir, tmp_path
+):
+    """A receiver started without ``--name`` makes a new run each start. It stored a request
+    and stopped cleanly before the answer left; the client sends it again to the start that
+    follows, which finds it in the run before and stores only what is new in its own."""
+    spool = tmp_path / "spool"
+    batches = [_spans(step, range(10)) for step in range(3)]
+    server = Server(project, fresh_dir, spool, name=None)
+    assert all(_send(server.url, batch) for batch in batches[:2])
+    first_output = server.stop()  # clean: everything is stored, the run finished
+    assert "Traceback" not in first_output
+    server = Server(project, fresh_dir, spool, name=None)
+    try:
+        assert _send(server.url, batches[1])  # sent again: its answer was lost
+        assert _send(server.url, batches[2])  # and the rollout goes on
+        _wait_until(
+            lambda: sum(len(t) for t in _traces_by_run(project, fresh_dir).values()) >= 30,
+            what="step 2 stored",
+        )
+    finally:
+        output = server.stop()
+    runs = _traces_by_run(project, fresh_dir)
+    assert len(runs) == 2, list(runs)
+    first, second = sorted(runs.values(), key=lambda rows: min(r["step"] for r in rows))
+    _check("restart-resent-unnamed", _keys(batches[0]) | _keys(batches[1]), Stored(first))
+    _check("restart-resent-unnamed", _keys(batches[2]), Stored(second))
+    assert Stored(second).keys == _keys(batches[2])  # nothing of the run before again
+    assert "10 samples found stored already, kept once" in output, output
     assert "Traceback" not in output
 
 

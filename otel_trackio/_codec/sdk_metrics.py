@@ -2,15 +2,17 @@
 writer process (which logs them with the same :class:`~otel_trackio.TrackioMetricExporter` logic
 as in process).
 
-The SDK's metric points are plain dataclasses and pickle as they are; only a resource's and an
-instrumentation scope's attributes (``BoundedAttributes``, which hold a lock) do not, so those two
-travel as plain values and are built again on the other side. No protobuf, no OTLP exporter: the
+The SDK's metric points are plain dataclasses and travel as the map of their fields
+(:mod:`.packing`: the writer builds only the classes named here); a resource and an
+instrumentation scope (whose ``BoundedAttributes`` hold a lock) travel as plain values and are
+built again on the other side. No protobuf, no OTLP exporter: the
 rollout process needs nothing beyond the SDK. The rollout's latest step (``set_step``) rides
 along, for points without a ``step`` attribute.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.sdk.metrics import Exemplar
@@ -32,25 +34,33 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_trackio._codec.safe_pickle import dumps, loads
+from otel_trackio._codec.packing import Classes, pack, unpack
 
-_POINT_CLASSES = frozenset(
-    (cls.__module__, cls.__qualname__)
-    for cls in (
-        AggregationTemporality,
-        Buckets,
-        Exemplar,
-        ExponentialHistogram,
-        ExponentialHistogramDataPoint,
-        Gauge,
-        Histogram,
-        HistogramDataPoint,
-        Metric,
-        NumberDataPoint,
-        Sum,
-    )
+
+def _with_temporality(cls: type) -> Callable[[dict[str, Any]], Any]:
+    """How ``cls`` is built again: its temporality travels as the enum's integer."""
+
+    def build(fields: dict[str, Any]) -> Any:
+        temporality = AggregationTemporality(fields.pop("aggregation_temporality"))
+        return cls(aggregation_temporality=temporality, **fields)
+
+    return build
+
+
+_POINT_CLASSES = Classes.of(
+    Buckets,
+    Exemplar,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+    Sum,
+    build={cls: _with_temporality(cls) for cls in (Sum, Histogram, ExponentialHistogram)},
 )
-"""The SDK's data classes a metrics payload may hold (read back by :mod:`.safe_pickle`)."""
+"""The SDK's data classes a metrics payload may hold (the order is part of the format)."""
 
 
 def encode_sdk_metrics(data: MetricsData, latest_step: int | None = None) -> bytes:
@@ -64,12 +74,12 @@ def encode_sdk_metrics(data: MetricsData, latest_step: int | None = None) -> byt
         )
         for rm in data.resource_metrics
     ]
-    return dumps((latest_step, resources))
+    return pack((latest_step, resources), _POINT_CLASSES)
 
 
 def decode_sdk_metrics(payload: bytes) -> tuple[int | None, MetricsData]:
     """What :func:`encode_sdk_metrics` made: (the producer's latest step, the metrics)."""
-    latest_step, resources = loads(payload, _POINT_CLASSES)
+    latest_step, resources = unpack(payload, _POINT_CLASSES)
     return latest_step, MetricsData(
         resource_metrics=[
             ResourceMetrics(

@@ -1,11 +1,11 @@
 """Records ↔ spool entry bytes: what an entry holds, and the lean encoding that keeps the rollout
 process cheap.
 
-An entry is a kind byte and a pickled payload, read back by :mod:`.safe_pickle` (plain data and
-this package's records only: an entry cannot run code when it is read). Spans travel as plain
-rows (:mod:`.rows`) read straight from the SDK's span and laid end to end in one list
-(:func:`.sdk.extend_rows`: no object to build per span in the producer), with each resource's
-attributes sent once per entry.
+An entry is a kind byte and a MessagePack payload (:mod:`.packing`: data and this package's
+records only, so an entry cannot run code when it is read). Spans travel as plain rows
+(:mod:`.rows`) read straight from the SDK's span and laid end to end in one list
+(:func:`.sdk.extend_rows`: no object to build per span in the producer), their trace ids as 16
+bytes, with each resource's attributes sent once per entry.
 
 Kinds: :data:`SPANS` (a batch of spans, optionally with a route), :data:`EVENTS` (GenAI log
 events, which join their spans), :data:`METRICS` (a route and a serialised OTLP
@@ -18,19 +18,20 @@ without a step take it), :data:`CLOSE` (the producer is done: drain and stop).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from otel_trackio._codec.events import plain_value
+from otel_trackio._codec.packing import Classes, UnreadablePayload, pack, unpack
 from otel_trackio._codec.routes import NO_ROUTE, Route
-from otel_trackio._codec.rows import RESOURCE_KEY, record_from_row, rows_of
-from otel_trackio._codec.safe_pickle import dumps as _dumps
-from otel_trackio._codec.safe_pickle import loads
+from otel_trackio._codec.rows import RESOURCE_KEY, packed_rows, record_from_row, rows_of
 from otel_trackio._codec.sdk import extend_rows
 from otel_trackio._codec.tables import KIND_CODES, STATUS_CODES
-from otel_trackio._core.records import LogEventRecord, SpanRecord
+from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 
 SPANS = 1
 EVENTS = 2
@@ -42,28 +43,45 @@ OPEN_SPANS = 13
 STEP = 14
 
 
+def _event_record(fields: dict[str, Any]) -> EventRecord:
+    """An event record built again. A log event's attributes are JSON-like (lists, not the
+    tuples every array is read back as): made so again."""
+    if fields.get("from_log"):
+        fields["attributes"] = plain_value(fields.get("attributes") or {})
+    return EventRecord(**fields)
 
-_RECORDS = frozenset(
-    {
-        ("otel_trackio._core.records", "LogEventRecord"),
-        ("otel_trackio._core.records", "EventRecord"),
-        ("otel_trackio._core.records", "SpanRecord"),
-    }
-)
+
+_RECORDS = Classes.of(SpanRecord, EventRecord, LogEventRecord, build={EventRecord: _event_record})
 """The classes a spool entry may hold (the rest is plain data)."""
 
 
-def _loads(payload: bytes) -> Any:
-    return loads(payload, _RECORDS)
+def _pack(value: Any) -> bytes:
+    return pack(value, _RECORDS)
+
+
+def _unpack(payload: bytes) -> Any:
+    return unpack(payload, _RECORDS)
+
+
+@contextmanager
+def _reading(kind: str) -> Iterator[None]:
+    """Data of another shape than its kind's (a payload not written by this package) is
+    :class:`~.packing.UnreadablePayload`, like one that does not read at all."""
+    try:
+        yield
+    except UnreadablePayload:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise UnreadablePayload(f"it is not a {kind} entry: {exc!r}") from None
 
 
 def encode_sdk_spans(spans: Sequence[ReadableSpan], route: Route = NO_ROUTE) -> bytes:
     """SDK spans as one :data:`SPANS` payload (what ``offload=True`` pays per export, most of it
-    the one ``pickle.dumps`` of the batch)."""
+    the one MessagePack call for the batch)."""
     resources: dict[int, Mapping[str, Any]] = {}
     flat: list[Any] = []
     extend_rows(spans, flat, resources)
-    return _dumps((route, resources, flat))
+    return _pack((route, resources, packed_rows(flat)))
 
 
 class SpanChunk:
@@ -86,7 +104,7 @@ class SpanChunk:
 
     def payload(self, route: Route = NO_ROUTE) -> bytes:
         """The chunk's spans as one :data:`SPANS` payload."""
-        return _dumps((route, self._resources, self._flat))
+        return _pack((route, self._resources, packed_rows(self._flat)))
 
 
 def encode_records(records: Sequence[SpanRecord], route: Route = NO_ROUTE) -> bytes:
@@ -115,38 +133,49 @@ def encode_records(records: Sequence[SpanRecord], route: Route = NO_ROUTE) -> by
                 r.scope,
             )
         )
-    return _dumps((route, resources, flat))
+    return _pack((route, resources, packed_rows(flat)))
 
 
 def decode_spans(payload: bytes) -> tuple[Route, list[SpanRecord]]:
     """A :data:`SPANS` payload back as (route, span records)."""
-    route, resources, flat = _loads(payload)
-    empty: Mapping[str, Any] = {}
-    return route, [
-        record_from_row(row, resources.get(row[RESOURCE_KEY]) or empty) for row in rows_of(flat)
-    ]
+    with _reading("spans"):
+        route, resources, flat = _unpack(payload)
+        empty: Mapping[str, Any] = {}
+        records = [
+            record_from_row(row, resources.get(row[RESOURCE_KEY]) or empty) for row in rows_of(flat)
+        ]
+        for record in records:
+            if record.attributes.__class__ is not dict or record.resource.__class__ is not dict:
+                raise TypeError("a span's attributes are not a map")
+        return _route(route), records
 
 
 def encode_events(events: Sequence[LogEventRecord], route: Route = NO_ROUTE) -> bytes:
     """GenAI log events as one :data:`EVENTS` payload."""
-    return _dumps((route, list(events)))
+    return _pack((route, events))
 
 
 def decode_events(payload: bytes) -> tuple[Route, list[LogEventRecord]]:
     """An :data:`EVENTS` payload back as (route, log events)."""
-    route, events = _loads(payload)
-    return route, list(events)
+    with _reading("events"):
+        route, events = _unpack(payload)
+        if not all(isinstance(event, LogEventRecord) for event in events):
+            raise TypeError("it holds other values than log events")
+        return _route(route), list(events)
 
 
 def encode_metrics(route: Route, request: bytes) -> bytes:
     """A route and a serialised OTLP metrics request as one :data:`METRICS` payload."""
-    return _dumps((route, request))
+    return _pack((route, request))
 
 
 def decode_metrics(payload: bytes) -> tuple[Route, bytes]:
     """A :data:`METRICS` payload back as (route, serialised request)."""
-    route, request = _loads(payload)
-    return route, request
+    with _reading("metrics"):
+        route, request = _unpack(payload)
+        if not isinstance(request, bytes):
+            raise TypeError("its request is not bytes")
+        return _route(route), request
 
 
 OpenRoots = dict[tuple[int, int], Mapping[str, Any]]
@@ -159,13 +188,14 @@ def encode_flush(
     """A :data:`FLUSH` request numbered ``number``, with the producer's open sample roots (so
     samples logged early as partial keep their identity) and its spans still open (unfinished
     records, shown in their samples)."""
-    return _dumps((number, open_roots or {}, list(open_spans)))
+    return _pack((number, open_roots or {}, open_spans))
 
 
 def decode_flush(payload: bytes) -> FlushRequest:
     """What a :data:`FLUSH` request carries (one of a producer without open spans too)."""
-    number, open_roots, *rest = _loads(payload)
-    return FlushRequest(int(number), dict(open_roots), list(rest[0]) if rest else [])
+    with _reading("flush"):
+        number, open_roots, *rest = _unpack(payload)
+        return FlushRequest(int(number), dict(open_roots), _span_records(rest[0] if rest else ()))
 
 
 def encode_step(step: int | None) -> bytes:
@@ -184,12 +214,27 @@ def decode_step(payload: bytes) -> int | None:
 def encode_open_spans(open_spans: Sequence[SpanRecord]) -> bytes:
     """An :data:`OPEN_SPANS` report: the producer's spans open long (unfinished records ending
     at the report), every one of each trace concerned; it replaces the report before it."""
-    return _dumps(list(open_spans))
+    return _pack(open_spans)
 
 
 def decode_open_spans(payload: bytes) -> list[SpanRecord]:
     """An :data:`OPEN_SPANS` payload back as its records."""
-    return list(_loads(payload))
+    with _reading("open spans"):
+        return _span_records(_unpack(payload))
+
+
+def _route(value: Any) -> Route:
+    project, run = value
+    if not all(part is None or isinstance(part, str) for part in (project, run)):
+        raise TypeError("its route is not two names")
+    return project, run
+
+
+def _span_records(values: Any) -> list[SpanRecord]:
+    records = list(values)
+    if not all(isinstance(record, SpanRecord) for record in records):
+        raise TypeError("it holds other values than span records")
+    return records
 
 
 @dataclass(frozen=True, slots=True)

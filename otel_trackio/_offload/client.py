@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_trackio._codec import spool as codec
+from otel_trackio._codec.packing import UnpackableValue
 from otel_trackio._codec.routes import NO_ROUTE
 from otel_trackio._codec.sdk_metrics import encode_sdk_metrics
 from otel_trackio._core.records import LogEventRecord, SpanRecord
@@ -365,7 +365,7 @@ class OffloadClient:
         try:
             payload = encode_sdk_metrics(data, latest_step())
             self.producer.append(codec.METRICS, codec.encode_metrics(NO_ROUTE, payload))
-        except (SpoolFull, OSError, RuntimeError, pickle.PicklingError) as exc:
+        except (SpoolFull, OSError, RuntimeError, UnpackableValue) as exc:
             self._warn("metrics", f"could not spool a metrics export: {exc!r}")
             return False
         return True
@@ -377,7 +377,7 @@ class OffloadClient:
             return False
         try:
             self.producer.append(codec.OPEN_SPANS, codec.encode_open_spans(records))
-        except (SpoolFull, OSError, RuntimeError, pickle.PicklingError) as exc:
+        except (SpoolFull, OSError, RuntimeError, UnpackableValue) as exc:
             self._warn("open-spans", f"could not spool the open spans: {exc!r}")
             return False
         return True

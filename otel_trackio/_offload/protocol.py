@@ -4,9 +4,9 @@ the writer once it opened the run) and the writer's report on opening the run
 (:data:`OPENED_FILE`). Kept apart from the writer so the rollout process imports none of the
 writer's engine.
 
-The config is read with :mod:`~otel_trackio._codec.safe_pickle`: plain data and the two config
-classes only (a token decoder travels as its ``module:function`` name, imported again by the
-writer as ``OTEL_EXPORTER_TRACKIO_TOKEN_DECODER`` would be)."""
+The config is data (:mod:`~otel_trackio._codec.packing`: plain values and the two config classes
+only; a token decoder travels as its ``module:function`` name, imported again by the writer as
+``OTEL_EXPORTER_TRACKIO_TOKEN_DECODER`` would be)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_trackio._codec.safe_pickle import UnreadablePayload, dumps, loads
+from otel_trackio._codec.events import plain_value
+from otel_trackio._codec.packing import (
+    Classes,
+    UnpackableValue,
+    UnreadablePayload,
+    pack,
+    unpack,
+)
 from otel_trackio._engine.sink import OpenedElsewhere
 from otel_trackio.settings import TrackioSettings, load_token_decoder
 
-CONFIG_FILE = "writer.pickle"
+CONFIG_FILE = "writer.config"
 OPENED_FILE = "opened.json"
 """What the writer reports once it has the run: ``{"name", "id", "banner"}`` (``banner``: what
 ``trackio.init`` printed, for the rollout's terminal), or ``{"error"}``."""
@@ -36,7 +43,7 @@ it is not started again."""
 
 @dataclass(frozen=True)
 class WriterConfig:
-    """What the rollout process tells its writer (pickled into the spool directory).
+    """What the rollout process tells its writer (:data:`CONFIG_FILE` in the spool directory).
 
     ``run_id`` None: the rollout process has not opened the run; the writer opens it (with
     ``name`` None, Trackio picks the name) and writes the name and id back here."""
@@ -50,9 +57,14 @@ class WriterConfig:
     """The settings' token decoder as ``module:function`` (the settings hold None)."""
 
 
-_CONFIG_CLASSES = frozenset(
-    (cls.__module__, cls.__qualname__) for cls in (WriterConfig, TrackioSettings)
-)
+def _settings(fields: dict[str, Any]) -> TrackioSettings:
+    """The settings built again; ``trackio_init``'s values as they were given to ``trackio.init``
+    (lists, not the tuples every array is read back as)."""
+    fields["trackio_init"] = plain_value(fields.get("trackio_init") or {})
+    return TrackioSettings(**fields)
+
+
+_CONFIG_CLASSES = Classes.of(WriterConfig, TrackioSettings, build={TrackioSettings: _settings})
 
 
 def encode_config(config: WriterConfig) -> bytes:
@@ -72,18 +84,20 @@ def encode_config(config: WriterConfig) -> bytes:
             )
         spec = f"{module}:{qualname}"
         settings = dataclasses.replace(settings, token_decoder=None)
-    data = dumps(dataclasses.replace(config, settings=settings, token_decoder=spec))
     try:
-        loads(data, _CONFIG_CLASSES)
-    except UnreadablePayload as exc:
+        data = pack(
+            dataclasses.replace(config, settings=settings, token_decoder=spec), _CONFIG_CLASSES
+        )
+        unpack(data, _CONFIG_CLASSES)
+    except (UnpackableValue, UnreadablePayload) as exc:
         raise ValueError(f"the settings hold more than plain data ({exc})") from None
     return data
 
 
 def decode_config(data: bytes) -> WriterConfig:
     """What :func:`encode_config` wrote, the token decoder imported again. Raises
-    :class:`~otel_trackio._codec.safe_pickle.UnreadablePayload` for a config it cannot read."""
-    config = loads(data, _CONFIG_CLASSES)
+    :class:`~otel_trackio._codec.packing.UnreadablePayload` for a config it cannot read."""
+    config = unpack(data, _CONFIG_CLASSES)
     if not isinstance(config, WriterConfig):
         raise UnreadablePayload(f"it holds a {type(config).__name__}, not a writer config")
     if config.token_decoder is None:

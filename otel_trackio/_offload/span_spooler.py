@@ -30,7 +30,7 @@ from otel_trackio._codec.spool import SpanChunk
 from otel_trackio._offload.client import OffloadClient
 
 CHUNK_SPANS = 64
-"""Spans per encoded chunk: large enough that packing costs little per span (one ``pickle`` call
+"""Spans per encoded chunk: large enough that packing costs little per span (one MessagePack call
 per chunk), small enough that a chunk's spans are still in the CPU's cache when it is packed (64
 GenAI spans of ~2 KB: ~130 KB). Chosen, not tuned."""
 
@@ -105,7 +105,7 @@ class SpanSpooler:
 
     def _pack(self) -> None:
         """The chunk as a payload, a new chunk started (the caller holds ``_lock``). A chunk
-        that cannot be packed (a hand-made span with a value ``pickle`` refuses) is refused
+        that cannot be packed (a hand-made span with a value that is not data) is refused
         whole, counted, as ``export()`` refuses such a batch."""
         chunk, self._chunk = self._chunk, SpanChunk()
         try:

@@ -38,8 +38,8 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricsData
 
+from otel_trackio._codec.packing import UnreadablePayload
 from otel_trackio._codec.routes import Route
-from otel_trackio._codec.safe_pickle import UnreadablePayload
 from otel_trackio._codec.sdk_metrics import decode_sdk_metrics
 from otel_trackio._core.samples import StepMemory
 from otel_trackio._engine.open_samples import OpenSampleRegistry

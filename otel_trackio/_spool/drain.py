@@ -32,14 +32,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from otel_trackio._codec import spool as codec
+from otel_trackio._codec.packing import UnreadablePayload
 from otel_trackio._codec.routes import NO_ROUTE, Route
-from otel_trackio._codec.safe_pickle import UnreadablePayload
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.stats import ExportStats, step_ranges, steps_in
@@ -63,6 +63,12 @@ from otel_trackio._spool.segments import (
 from otel_trackio.metric_exporter import TrackioMetricExporter
 
 BACKOFF_SECONDS = (0.5, 30.0)
+
+
+def _no_earlier_runs(pipeline: TracePipeline) -> Sequence[str]:
+    return ()
+
+
 """The drainer's wait before retrying a failed write or checkpoint: from the first, doubling,
 up to the second."""
 
@@ -118,6 +124,9 @@ class Drainer:
             :meth:`TracePipeline.settle`): every request begun before it is in them.
         between_cycles: called on the drain thread after each cycle (the receiver closes its
             idle routes there: no entry is being handed to them meanwhile).
+        earlier_runs: the runs a pipeline's data went to at earlier starts of this spool under
+            other names, looked up with its own for data sent again (see
+            :class:`~.replay.ReplayCheck`).
     """
 
     def __init__(
@@ -130,6 +139,7 @@ class Drainer:
         fsync: str = "cycle",
         receiving: Callable[[], float | None] | None = None,
         between_cycles: Callable[[], object] | None = None,
+        earlier_runs: Callable[[TracePipeline], Sequence[str]] | None = None,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy {fsync!r}: expected one of {FSYNC_POLICIES}")
@@ -140,6 +150,7 @@ class Drainer:
         self._cycle_bytes = cycle_bytes
         self._receiving = receiving
         self._between_cycles = between_cycles
+        self._earlier_runs = earlier_runs or _no_earlier_runs
         # Notes (moment, position): every request begun before the moment is in the spool
         # before the position (see receiving), oldest first.
         self._received: deque[tuple[float, Position]] = deque()
@@ -378,7 +389,10 @@ class Drainer:
         if pipeline not in self._pipelines:
             self._pipelines.append(pipeline)
             pipeline.stored_filter = ReplayCheck(
-                pipeline, self._replayed, lambda record: self._origin.get(id(record))
+                pipeline,
+                self._replayed,
+                lambda record: self._origin.get(id(record)),
+                earlier_runs=lambda: self._earlier_runs(pipeline),
             )
 
     # -- checkpoints ---------------------------------------------------------------------------

@@ -10,9 +10,9 @@ spool (atomically: the old file or the new one, never half), and the first time 
 entry to a run's exporter it recalls the file. What is left: a crash between Trackio's write
 and this file's, a few microseconds, may still log that one entry twice.
 
-The file is ``MAGIC``, a CRC-32 and a pickle of plain data (read back by
-:mod:`~otel_trackio._codec.safe_pickle`); one that does not check is warned about and
-ignored (a duplicate beats a crash). A clean stop removes it with the spool.
+The file is ``MAGIC``, a CRC-32 and the memory as data (:mod:`~otel_trackio._codec.packing`);
+one that does not check is warned about and ignored (a duplicate beats a crash). A clean stop
+removes it with the spool.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import weakref
 import zlib
 from pathlib import Path
 
-from otel_trackio._codec.safe_pickle import UnreadablePayload, dumps, loads
+from otel_trackio._codec.packing import Classes, UnreadablePayload, pack, unpack
 from otel_trackio._core.metric_convert import ConverterMemory
 from otel_trackio._spool.segments import write_atomically
 from otel_trackio.metric_exporter import TrackioMetricExporter
 
 MEMORY_SUFFIX = ".memory"
-_MEMORY_CLASSES = frozenset({(ConverterMemory.__module__, ConverterMemory.__qualname__)})
-_MAGIC = b"OTMM1"
+_MEMORY_CLASSES = Classes.of(ConverterMemory)
+_MAGIC = b"OTMM2"
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -43,7 +43,7 @@ def memory_path(spool: Path, run_key: str) -> Path:
 
 def save_memory(path: Path, memory: ConverterMemory, *, fsync: bool) -> None:
     """Write ``memory`` atomically; ``fsync``: on the disk before it replaces the old file."""
-    payload = dumps(memory)
+    payload = pack(memory, _MEMORY_CLASSES)
     write_atomically(path, _MAGIC + zlib.crc32(payload).to_bytes(4, "big") + payload, fsync=fsync)
 
 
@@ -64,7 +64,7 @@ def load_memory(path: Path) -> ConverterMemory | None:
         _logger.warning("otel-trackio: the metric memory %s is damaged: ignored", path)
         return None
     try:
-        memory = loads(payload, _MEMORY_CLASSES)
+        memory = unpack(payload, _MEMORY_CLASSES)
     except UnreadablePayload as exc:  # a damaged file must not stop the drain
         _logger.warning("otel-trackio: the metric memory %s is unreadable: %r", path, exc)
         return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from otel_trackio._core.records import SpanRecord
@@ -76,11 +76,17 @@ class ReplayCheck:
         replayed: set[int],
         origin: Callable[[SpanRecord], Position | None],
         *,
+        earlier_runs: Callable[[], Sequence[str]] = tuple,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``earlier_runs``: the runs of the project that earlier starts of this drainer's
+        spool stored into under other names (a receiver started without ``--name`` makes a new
+        run each start), whose storage is looked up too while a client may still send their
+        requests again."""
         self._pipeline = pipeline
         self._replayed = replayed  # span ids of replayed entries, shared by a drainer's routes
         self._origin = origin
+        self._earlier_runs = earlier_runs
         self._clock = clock
         # Steps met so far, and those of them that had Traces in storage when first met (from
         # before this drainer, or from another process logging to the run).
@@ -132,7 +138,10 @@ class ReplayCheck:
         it is looked up there. Storage unreadable: not (a duplicate beats a loss)."""
         if step not in self._met:
             self._met.add(step)
-            if has_traces_at(self._pipeline.sink, step):
+            sink = self._pipeline.sink
+            if has_traces_at(sink, step) or any(
+                has_traces_at(sink, step, run) for run in self._earlier_runs()
+            ):
                 self._foreign.add(step)
         return step in self._foreign
 
@@ -147,6 +156,12 @@ class ReplayCheck:
                 return cached[1]
         pipeline = self._pipeline
         stored = stored_span_ids(pipeline.sink, pipeline.settings.key, step)
+        for run in self._earlier_runs():
+            earlier = stored_span_ids(pipeline.sink, pipeline.settings.key, step, run)
+            if stored is None or earlier is None:
+                stored = None
+                break
+            stored |= earlier
         if stored is None:
             return None if cached is None else cached[1]
         self._by_step[step] = (now, stored)

@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from otel_trackio._codec import spool as codec
 from otel_trackio._codec.otlp import DecodedLogs, DecodedMetrics, DecodedSpans, decode_metrics
 from otel_trackio._codec.routes import Route
+from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.report import RunSummary
 from otel_trackio._engine.run import RunEngine, build_run_engine, make_named_run_exist
 from otel_trackio._engine.stats import ExportStats
@@ -173,6 +174,7 @@ class Router:
                 fsync=chosen.spool_fsync,
                 receiving=self.in_flight.oldest,
                 between_cycles=self.close_idle_routes,
+                earlier_runs=self._earlier_runs,
             )
         except BaseException:
             self.producer.close()
@@ -200,6 +202,12 @@ class Router:
             printable_name(project) if project else self.project,
             printable_name(run) if run else self.name,
         )
+
+    def _earlier_runs(self, pipeline: TracePipeline) -> tuple[str, ...]:
+        """The runs earlier starts of this spool made for a route Trackio names (see
+        :class:`RunNames`): a request sent again to this start may be stored there already."""
+        sink = pipeline.sink
+        return self._names.earlier(sink.project) if sink.requested_name is None else ()
 
     def _remember_name(self, key: Key, destination: RunEngine) -> None:
         if key[1] is None:
@@ -504,7 +512,17 @@ class Router:
         self.producer.close()
         if drained and not any(route.stats.samples_lost for route in routes):
             # Everything is in Trackio: no segment, lock or runs.json left behind (the next
-            # start is a fresh run). After a failed write the spool stays, to be replayed.
+            # start is a fresh run, which still looks up requests sent again in these runs for
+            # a while). After a failed write the spool stays, to be replayed.
+            try:
+                self._names.keep_as_earlier()
+            except OSError as exc:
+                _logger.warning(
+                    "otel-trackio: cannot keep the names of this start's runs in %s (%r): a "
+                    "request sent again to the next start may be stored in its run too",
+                    self.spool_path,
+                    exc,
+                )
             remove_spool(self.spool_path, spool_root(self.settings))
         if not drained:
             waiting, _ = self.backlog()

@@ -45,8 +45,8 @@ class Summary:
 
 
 def troubles(totals: dict[str, Any]) -> str:
-    """The ", N lost, M retried, K not yet stored, J spans sent again, kept once" part of the
-    summary line (what is not 0)."""
+    """The ", N lost, M retried, K not yet stored, J spans sent again, kept once, ..." part of
+    the summary line (what is not 0)."""
     parts = [
         f"{totals[key]} {label}"
         for key, label in (
@@ -54,6 +54,7 @@ def troubles(totals: dict[str, Any]) -> str:
             ("retried", "retried"),
             ("unwritten", "not yet stored"),
             ("resent", "spans sent again, kept once"),
+            ("already_stored", "samples found stored already, kept once"),
             ("unusable_steps", "not stored (no usable step)"),
         )
         if totals.get(key)

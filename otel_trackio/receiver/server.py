@@ -359,11 +359,19 @@ class OTLPReceiver:
             if drained
             else f"; {totals['backlog_bytes']} bytes left in the spool {self.router.spool_path}"
         )
+        resent = "".join(
+            f", {totals[key]} {label}"
+            for key, label in (
+                ("resent", "spans sent again, kept once"),
+                ("already_stored", "samples found stored already, kept once"),
+            )
+            if totals[key]
+        )
         self._report(
             f"otel-trackio serve: stopped; {totals['spans']} spans, {totals['samples']} samples "
             f"logged ({totals['partial']} partial), {totals['lost']} lost, "
             f"{totals['retried']} retried, {totals['metrics']} metrics logged, "
-            f"{totals['rejected']} rejected{left}"
+            f"{totals['rejected']} rejected{resent}{left}"
         )
         if not totals["requests"]:
             grpc_door = f"{self.grpc_endpoint} (gRPC)" if self.grpc_endpoint else ""
