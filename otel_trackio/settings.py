@@ -23,7 +23,20 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from otel_trackio import environment_variables as env
-from otel_trackio._spool.segments import FSYNC_POLICIES
+
+FSYNC_POLICIES = ("request", "cycle", "never")
+"""When the spool's bytes are forced to the disk (``fsync``):
+
+- ``request``: every append before it returns (before a request is acknowledged), and every
+  checkpoint: an acknowledged entry survives a power loss or a kernel crash.
+- ``cycle``: the checkpoint, with the segment bytes it covers, once per drain cycle: a power
+  loss keeps a checkpoint that matches the segments (never "replay everything" nor a checkpoint
+  past data the disk lost); entries acknowledged in the last moments before it (up to the OS's
+  write-back delay, about 30 s on Linux) can be lost.
+- ``never``: the OS writes back when it likes: process kills are survived, a power loss can
+  lose recent entries and leave the checkpoint ahead of them.
+"""
+
 
 TokenDecoder = Callable[[Sequence[int]], str]
 
@@ -458,15 +471,10 @@ def _check_init_keyword(key: str) -> None:
     keyword (a misspelt setting would otherwise fail later, in the writer process)."""
     if key in TRACKIO_INIT_KEYWORDS:
         return
-    try:
-        import inspect
+    from otel_trackio._engine.sink import init_accepts
 
-        import trackio
-
-        if key in inspect.signature(trackio.init).parameters:
-            return
-    except (ImportError, TypeError, ValueError):
-        pass
+    if init_accepts(key):
+        return
     import difflib
 
     close = difflib.get_close_matches(key, sorted(SETTING_NAMES | TRACKIO_INIT_KEYWORDS), n=1)

@@ -122,9 +122,10 @@ def start_receiver(project):
         receiver.stop()
 
 
-def wait_until(condition, timeout: float = 60.0, what: str = "the condition") -> None:
-    """Wait until ``condition()`` is true; fail after ``timeout`` seconds. Tests wait for states,
-    never for fixed sleeps."""
+def wait_until(condition, what: str = "the condition", timeout: float = 90.0) -> None:
+    """Wait until ``condition()`` is true; fail after ``timeout`` seconds (a bound for a busy
+    machine: a test waits only as long as the state takes). Tests wait for states, never for
+    fixed sleeps; this is the suite's one waiting helper."""
     import time
 
     deadline = time.monotonic() + timeout

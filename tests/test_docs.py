@@ -58,3 +58,40 @@ def test_every_example_names_the_install_it_needs():
     for example in sorted((ROOT / "examples").glob("[!_]*.py")):
         doc = ast.get_docstring(ast.parse(example.read_text())) or ""
         assert re.search(r"plain install|the ``\w+`` extra", doc), example.name
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports (at any depth: lazy imports inside functions too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_the_layers_import_as_the_architecture_page_says():
+    """docs/architecture.md: nothing under the private layers imports a public adapter module
+    (only the settings, every layer's input, come from the root), and the sink is the one
+    module of the package that imports ``trackio``."""
+    package = ROOT / "otel_trackio"
+    shared = {"otel_trackio.settings", "otel_trackio.environment_variables"}
+    upward: dict[str, set[str]] = {}
+    for layer in ("_codec", "_core", "_engine", "_spool", "_offload"):
+        for path in sorted((package / layer).rglob("*.py")):
+            public = {
+                name
+                for name in _imported_modules(path)
+                if re.fullmatch(r"otel_trackio\.[a-z]\w*", name) and name not in shared
+            }
+            if public:
+                upward[str(path.relative_to(ROOT))] = public
+    assert upward == {}
+    trackio = {
+        str(path.relative_to(ROOT))
+        for path in package.rglob("*.py")
+        if any(n == "trackio" or n.startswith("trackio.") for n in _imported_modules(path))
+    }
+    assert trackio == {"otel_trackio/_engine/sink.py"}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import read_traces
+from conftest import read_traces, wait_until
 from google.protobuf import json_format
 from google.rpc import status_pb2
 from hostile_clients import (
@@ -56,13 +56,6 @@ def _message(response: requests.Response) -> str:
     status = status_pb2.Status()
     status.ParseFromString(response.content)
     return str(status.message)
-
-
-def _wait_until(condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 # -- a receiver process, for its RSS -------------------------------------------------------------
@@ -168,10 +161,13 @@ def test_an_over_limit_body_written_whole_gets_its_413_not_a_reset(
     else:
         head = b"Transfer-Encoding: chunked\r\n"
         chunk = 64 * 1024
-        payload = b"".join(
-            b"%x\r\n%s\r\n" % (len(body[i : i + chunk]), body[i : i + chunk])
-            for i in range(0, len(body), chunk)
-        ) + b"0\r\n\r\n"
+        payload = (
+            b"".join(
+                b"%x\r\n%s\r\n" % (len(body[i : i + chunk]), body[i : i + chunk])
+                for i in range(0, len(body), chunk)
+            )
+            + b"0\r\n\r\n"
+        )
     with socket.create_connection((host, int(port)), timeout=30) as connection:
         connection.sendall(
             b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
@@ -294,7 +290,7 @@ def test_a_span_with_a_million_attributes_is_cut_with_bounded_memory(project, se
     response = requests.post(served.url + "/v1/traces", data=body, headers=PROTOBUF, timeout=120)
     assert response.status_code == 200
     assert post_samples(served.url, 5, range(5)) == [200] * 5
-    _wait_until(lambda: len(_stored(project)) == 6)
+    wait_until(lambda: len(_stored(project)) == 6)
     peak = served.rss_mib("VmHWM")
     output = served.stop()
     print(f"receiver RSS {before:.0f} MiB before, peak {peak:.0f} MiB")
@@ -422,8 +418,8 @@ def test_an_idle_route_is_closed_and_data_for_it_opens_it_again_into_the_same_ru
     post = _poster(receiver.url)
 
     assert post(sample(6, 1, run="a")).status_code == 200
-    _wait_until(lambda: _stored(project, "a") == [(6, 1)])
-    _wait_until(lambda: receiver.router.totals()["runs"] == 1)  # only the server's own is left
+    wait_until(lambda: _stored(project, "a") == [(6, 1)])
+    wait_until(lambda: receiver.router.totals()["runs"] == 1)  # only the server's own is left
     assert post(sample(7, 2, run="a")).status_code == 200
     receiver.stop()
     assert _stored(project, "a") == [(6, 1), (7, 2)]
@@ -441,15 +437,15 @@ def test_a_full_route_table_makes_room_by_closing_the_least_recent_quiet_route(
     post = _poster(receiver.url)
 
     assert post(sample(6, 0, run="a")).status_code == 200
-    _wait_until(lambda: _stored(project, "a") == [(6, 0)])
+    wait_until(lambda: _stored(project, "a") == [(6, 0)])
 
     def retried_until_taken(request: trace_service_pb2.ExportTraceServiceRequest) -> list[int]:
         statuses: list[int] = []
-        _wait_until(lambda: statuses.append(post(request).status_code) or statuses[-1] == 200)
+        wait_until(lambda: statuses.append(post(request).status_code) or statuses[-1] == 200)
         return statuses
 
     assert retried_until_taken(sample(6, 1, run="b"))[0] == 503  # then "a" made room for it
-    _wait_until(lambda: _stored(project, "b") == [(6, 1)])
+    wait_until(lambda: _stored(project, "b") == [(6, 1)])
     assert retried_until_taken(sample(6, 2, run="a"))[0] == 503  # then "b" made room
     receiver.stop()
     assert _stored(project, "a") == [(6, 0), (6, 2)]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
@@ -70,14 +71,6 @@ def _stored(project: str) -> list[dict[str, Any]]:
 def _counts(project: str) -> Counter[tuple[int, Any]]:
     """How many Traces are stored for each (step, sample_index)."""
     return Counter((t["step"], t["metadata"].get("sample_index")) for t in _stored(project))
-
-
-def _wait_for(predicate: Any, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -276,7 +269,7 @@ def test_the_timer_logs_held_samples_when_no_more_data_comes(project, pipeline_o
     assert not _stored(project)  # the clock stands still: the grace period cannot end
     clock.real = True  # time passes; nobody calls the pipeline again
     # Stored, then counted: wait for both (the timer thread does the second after the first).
-    _wait_for(lambda: pipeline.stats.samples_logged == 1, "the timer to log the sample")
+    wait_until(lambda: pipeline.stats.samples_logged == 1, "the timer to log the sample")
     assert _counts(project) == Counter({(3, 0): 1})
     assert pipeline.assembler.held_samples == 0
 

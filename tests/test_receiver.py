@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -442,13 +441,6 @@ def test_resource_attributes_route_to_their_own_project(project, start_receiver)
     assert trace["metadata"]["sample_index"] == 0
 
 
-def _wait_until(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_summary_line_only_while_data_flows(project, start_receiver):
     receiver = start_receiver(sample_grace_seconds=0)
     now = [100.0]
@@ -458,7 +450,7 @@ def test_summary_line_only_while_data_flows(project, start_receiver):
     spans = _spans(2)
     exporter = OTLPSpanExporter(endpoint=receiver.url + "/v1/traces")
     assert exporter.export(spans).name == "SUCCESS"
-    _wait_until(lambda: receiver.router.totals()["samples"] == 2)  # answered before it drained
+    wait_until(lambda: receiver.router.totals()["samples"] == 2)  # answered before it drained
     now[0] += 2
     line = summary.line()
     assert line is not None

@@ -14,7 +14,7 @@ import socket
 import time
 from typing import Any
 
-from conftest import read_traces
+from conftest import read_traces, wait_until
 from opentelemetry import propagate
 from opentelemetry._logs import LogRecord
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -54,13 +54,6 @@ def _rows(project: str) -> dict[int, list[dict]]:
     for trace in read_traces(project, "r"):
         rows.setdefault(trace["metadata"].get("sample_index"), []).append(trace)
     return rows
-
-
-def _wait_for(predicate: Any, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def _no_timer(monkeypatch: Any) -> None:
@@ -165,17 +158,17 @@ def test_a_request_still_coming_in_holds_completed_samples_back(
     exporter = OTLPSpanExporter(endpoint=receiver.url + "/v1/traces", timeout=30)
     with socket.create_connection(("127.0.0.1", receiver.port), timeout=WAIT) as slow:
         slow.sendall(head + body[: len(body) // 2])  # sample 0's children, half sent
-        _wait_for(lambda: receiver.router.in_flight.oldest() is not None, "the slow request taken")
+        wait_until(lambda: receiver.router.in_flight.oldest() is not None, "the slow request taken")
         assert exporter.export([root, *other]) == SpanExportResult.SUCCESS
         # Both complete in the receiver: sample 1 whole, sample 0 as its root alone.
-        _wait_for(lambda: receiver.router.totals()["waiting"] == 2, "both samples held")
+        wait_until(lambda: receiver.router.totals()["waiting"] == 2, "both samples held")
         time.sleep(0.3)  # many drain polls: none may release them while a request comes in
         assert receiver.router.totals()["waiting"] == 2
         assert not read_traces(project, "r")
         slow.sendall(body[len(body) // 2 :])
         assert slow.recv(4096).startswith(b"HTTP/1.1 200")
     exporter.shutdown()
-    _wait_for(lambda: receiver.router.default.spans.assembler.trailing_seen, "the join")
+    wait_until(lambda: receiver.router.default.spans.assembler.trailing_seen, "the join")
     receiver.stop()  # the held samples go out whole
     rows = _rows(project)
     assert sorted(rows) == [0, 1]
@@ -207,7 +200,7 @@ def test_a_run_that_shows_log_events_holds_its_samples_for_them(
             with tracer.start_as_current_span("chat m") as chat:
                 pass
         if index == 0:
-            _wait_for(lambda: len(_rows(project)) == 1, "the first sample stored at once")
+            wait_until(lambda: len(_rows(project)) == 1, "the first sample stored at once")
         logger.emit(  # after its sample's spans are in the receiver
             LogRecord(
                 context=set_span_in_context(chat),

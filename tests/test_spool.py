@@ -57,13 +57,6 @@ VOLATILE = {
 }
 
 
-def _wait_until(condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -387,7 +380,7 @@ def test_a_killed_rollout_process_leaves_a_writer_that_logs_everything_and_exits
     project, trackio_dir
 ):
     writer = _killed_rollout(project, "killed", trackio_dir, "rollout")
-    _wait_until(lambda: not _alive(writer))  # it drains, then exits on its own
+    wait_until(lambda: not _alive(writer))  # it drains, then exits on its own
     traces = read_traces(project, "killed")
     assert _keys([t for t in traces if t["step"] < 9]) == [
         (s, i) for s in (0, 1) for i in range(25)
@@ -396,7 +389,7 @@ def test_a_killed_rollout_process_leaves_a_writer_that_logs_everything_and_exits
 
 def test_writer_and_rollout_both_killed_the_next_start_of_the_run_finishes_it(project, trackio_dir):
     writer = _killed_rollout(project, "both", trackio_dir, "both")
-    _wait_until(lambda: not _alive(writer))
+    wait_until(lambda: not _alive(writer))
     assert len(read_traces(project, "both")) < 50  # the writer died before it was done
     provider, _ = _offload_provider(project, "both", resume="allow")  # a new start of the run
     provider.shutdown()
@@ -410,7 +403,7 @@ def test_an_abandoned_spool_is_stored_in_its_own_run_not_a_similar_names(project
     """Run ``x/y`` killed with its writer, then run ``x_y`` starts: each keeps its own spool
     and Traces (the names once shared a spool folder)."""
     writer = _killed_rollout(project, "x/y", trackio_dir, "both")
-    _wait_until(lambda: not _alive(writer))
+    wait_until(lambda: not _alive(writer))
     provider, _ = _offload_provider(project, "x_y")
     provider.shutdown()
     wait_until(lambda: len([t for t in read_traces(project, "x/y") if t["step"] < 9]) >= 50)
@@ -451,7 +444,7 @@ def test_offload_under_opentelemetry_instrument(project, trackio_dir, tmp_path):
     assert _keys(read_traces(project, "zero-code")) == [(0, i) for i in range(10)]
     # The writer must not instrument itself (it would start a writer, which would start one...):
     # once the app is done, its writer exits and no other appears.
-    _wait_until(lambda: not _processes_mentioning(f"otel-trackio-spool/{project}/"), timeout=60)
+    wait_until(lambda: not _processes_mentioning(f"otel-trackio-spool/{project}/"), timeout=60)
 
 
 def _processes_mentioning(text: str) -> list[int]:

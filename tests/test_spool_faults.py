@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SERVE, read_logs, read_traces
+from conftest import SERVE, read_logs, read_traces, wait_until
 from fault_tally import tally
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
@@ -57,13 +57,6 @@ SETPRIV = shutil.which("setpriv")
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _wait_until(condition: Callable[[], bool], timeout: float = 90.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
-        time.sleep(0.05)
 
 
 def _tracer(resource: Resource | None = None) -> tuple[Tracer, InMemorySpanExporter]:
@@ -310,18 +303,18 @@ def _sent_through(
     first = _spans(0, range(5)) if first is None else first
     assert _send(server.url, first)
     acknowledged = _keys(first)
-    _wait_until(
+    wait_until(
         lambda: len(_stored_rows(project, "r", trackio_dir)) == len(acknowledged), what="first"
     )
     with fault():
         for batch in during:
             if _send(server.url, batch, timeout=5):
                 acknowledged |= _keys(batch)
-        _wait_until(lambda: seen(server.output), what="the fault reported")
+        wait_until(lambda: seen(server.output), what="the fault reported")
     late = _spans(99, range(5))
     assert _send(server.url, late, timeout=60)
     acknowledged |= _keys(late)
-    _wait_until(
+    wait_until(
         lambda: Stored(_stored_rows(project, "r", trackio_dir)).keys >= acknowledged,
         what="every acknowledged sample",
     )
@@ -536,7 +529,7 @@ def test_drain_command_returns_past_a_torn_tail_and_counts_it_once(project, fres
     )
     batch = _spans(0, range(1))
     assert _send(server.url, batch)
-    _wait_until(lambda: (load_checkpoint(spool) or _never()).processed.offset > 0, what="drain")
+    wait_until(lambda: (load_checkpoint(spool) or _never()).processed.offset > 0, what="drain")
     server.stop(signal.SIGKILL)  # the sample still held: the spool keeps it
     last = max(spool.glob("*.seg"))
     with open(last, "ab") as handle:  # a producer killed mid-write: a header and half a body
@@ -602,7 +595,7 @@ def test_a_restart_after_a_kill_while_samples_are_held_logs_each_once(
         batch = _spans(step, range(5))
         assert _send(server.url, batch)
         acknowledged |= _keys(batch)
-    _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 20, what="20 stored")
+    wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 20, what="20 stored")
     held = _spans(7, range(5))  # in their grace period at the kill
     assert _send(server.url, held)
     acknowledged |= _keys(held)
@@ -610,7 +603,7 @@ def test_a_restart_after_a_kill_while_samples_are_held_logs_each_once(
     if checkpoint != "kept":
         (spool / "checkpoint.json").write_text("")
     again = Server(project, fresh_dir, spool, *args)  # the documented restart
-    _wait_until(
+    wait_until(
         lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
         what="the held samples",
     )
@@ -632,10 +625,10 @@ def test_a_replay_that_groups_spans_differently_logs_nothing_twice(project, fres
     root.end()
     first = list(memory.get_finished_spans())
     assert _send(server.url, first)  # the sample: root + generate
-    _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 1, what="the sample")
+    wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 1, what="the sample")
     late_child.end()
     assert _send(server.url, [memory.get_finished_spans()[-1]])  # its late span
-    _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 2, what="continuation")
+    wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 2, what="continuation")
     server.stop(signal.SIGKILL)
     again = Server(project, fresh_dir, spool, "--sample-grace-seconds", "1")
     again.stop()  # the replay's regrouped sample is released now, if not before
@@ -785,12 +778,12 @@ def test_a_timed_out_storage_write_keeps_the_entries_until_they_are_written(
         batch = _spans(0, range(5))
         assert _send(receiver.url, batch)
         acknowledged |= _keys(batch)
-        _wait_until(lambda: receiver.router.totals()["retried_writes"] > 0, what="a timeout")
+        wait_until(lambda: receiver.router.totals()["retried_writes"] > 0, what="a timeout")
         checkpoint = load_checkpoint(spool)
         assert checkpoint is not None
         first = min(spool.glob("*.seg"))
         assert checkpoint.oldest.seq <= int(first.stem) and checkpoint.oldest.offset == 0
-    _wait_until(lambda: len(read_traces(project, "r")) >= 5, what="the retried write")
+    wait_until(lambda: len(read_traces(project, "r")) >= 5, what="the retried write")
     receiver.stop()
     _check("write-timeout", acknowledged, Stored(_stored_rows(project, "r")))
 
@@ -884,11 +877,11 @@ def test_receiver_sigkilled_mid_stream_with_a_retrying_client_stores_each_once(
 
     sender = threading.Thread(target=client)
     sender.start()
-    _wait_until(lambda: len(results) >= 10, what="a third sent")
+    wait_until(lambda: len(results) >= 10, what="a third sent")
     server.stop(signal.SIGKILL)
     server = Server(project, fresh_dir, spool, *args, command=command)
     sender.join(300)
-    _wait_until(
+    wait_until(
         lambda: len(_stored_rows(project, "r", fresh_dir)) >= 600, what="every sample stored"
     )
     server.stop()
@@ -991,7 +984,7 @@ def test_a_request_sent_again_after_its_answer_was_lost_is_stored_once(
     try:
         results = [_send(proxy.url, batch) for batch in batches]
         acknowledged = set().union(*(_keys(batch) for batch in batches))
-        _wait_until(
+        wait_until(
             lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
             what="every sample stored",
         )
@@ -1034,10 +1027,10 @@ def test_a_request_retried_on_the_other_receiver_of_a_fail_over_pair_is_stored_o
     active = start_receiver(sample_grace_seconds=0, spool=tmp_path / "a")
     earlier = _spans(9, range(2))
     assert _send(standby.url, earlier)  # the standby took data before: it has looked around
-    _wait_until(lambda: len(_stored_rows(project, "r")) == 2, what="the earlier data")
+    wait_until(lambda: len(_stored_rows(project, "r")) == 2, what="the earlier data")
     batch = _spans(0, range(5)) + _spans(1, range(5))
     assert _send(active.url, batch)
-    _wait_until(lambda: len(_stored_rows(project, "r")) == 12, what="the first try stored")
+    wait_until(lambda: len(_stored_rows(project, "r")) == 12, what="the first try stored")
     assert _send(standby.url, batch)  # the retry, on the other receiver
     assert _send(standby.url, _spans(2, range(3)))  # and new data goes on
     active.stop()
@@ -1075,7 +1068,7 @@ def test_a_metrics_request_sent_again_after_its_answer_was_lost_counts_once(
             counter.add(10, {"step": step})
             assert provider.force_flush()
         provider.shutdown()
-        _wait_until(lambda: len(read_logs(project, "r")) >= 3, what="the metrics stored")
+        wait_until(lambda: len(read_logs(project, "r")) >= 3, what="the metrics stored")
     finally:
         proxy.close()
         server.stop()
@@ -1132,7 +1125,7 @@ def test_metrics_logged_before_a_receiver_was_killed_count_once_after_it(
     server = Server(project, trackio_dir, spool)
     try:
         assert [_post_metrics(server.url, body) for body in (first, second, third)] == [200] * 3
-        _wait_until(lambda: len(read_logs(project, "r")) >= 3, what="the metrics stored")
+        wait_until(lambda: len(read_logs(project, "r")) >= 3, what="the metrics stored")
     finally:
         server.stop(signal.SIGKILL)
     if fault == "replayed":  # killed after Trackio's write, before the checkpoint's
@@ -1143,7 +1136,7 @@ def test_metrics_logged_before_a_receiver_was_killed_count_once_after_it(
             assert _post_metrics(server.url, third) == 200
         assert _post_metrics(server.url, more) == 200  # 5 more at step 2
         assert _post_metrics(server.url, fourth) == 200
-        _wait_until(
+        wait_until(
             lambda: any(row["step"] == 3 for row in read_logs(project, "r")),
             what="the last step stored",
         )
@@ -1164,13 +1157,13 @@ def test_a_request_sent_again_to_the_restarted_receiver_is_stored_once(
     batches = [_spans(step, range(10)) for step in range(4)]
     server = Server(project, fresh_dir, spool)
     assert all(_send(server.url, batch) for batch in batches[:3])
-    _wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 30, what="stored")
+    wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 30, what="stored")
     server.stop(signal.SIGKILL)  # the answer to batches[2] never left, as the client sees it
     server = Server(project, fresh_dir, spool)
     try:
         assert _send(server.url, batches[2])  # sent again
         assert _send(server.url, batches[3])  # and the run goes on
-        _wait_until(
+        wait_until(
             lambda: any(r["step"] == 3 for r in _stored_rows(project, "r", fresh_dir)),
             what="the next step stored",
         )
@@ -1209,7 +1202,7 @@ def test_a_request_sent_again_to_the_next_start_without_name_is_stored_once(
     try:
         assert _send(server.url, batches[1])  # sent again: its answer was lost
         assert _send(server.url, batches[2])  # and the rollout goes on
-        _wait_until(
+        wait_until(
             lambda: sum(len(t) for t in _traces_by_run(project, fresh_dir).values()) >= 30,
             what="step 2 stored",
         )
@@ -1249,7 +1242,7 @@ def test_offload_writer_keeps_and_retries_what_a_held_storage_lock_refused(proje
                 assert exporter.export(batch).name == "SUCCESS"  # spooled: acknowledged
                 acknowledged |= _keys(batch)
             # Trackio gives up after 10 s of waiting for the lock: hold it past that
-            _wait_until(lambda: time.monotonic() - held_since > 12.5, what="Trackio's timeout")
+            wait_until(lambda: time.monotonic() - held_since > 12.5, what="Trackio's timeout")
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
         assert exporter.force_flush(90_000)
     finally:

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, OwnSteps, StepMemory
 from otel_trackio._engine.grace import GracePolicy
+from otel_trackio._engine.metrics import MetricPath
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.sink import RunLike, TrackioSink, open_run_by_name
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import PROCESS_STEPS
-from otel_trackio.metric_exporter import TrackioMetricExporter
 from otel_trackio.settings import TrackioSettings
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class RunEngine:
     transport: Transport
     sink: TrackioSink
     spans: TracePipeline
-    metrics: TrackioMetricExporter | None = None
+    metrics: MetricPath | None = None
     decode_metrics: MetricDecoder | None = None
     closed: bool = False
 
@@ -127,7 +127,7 @@ def build_run_engine(
             process: the exporter's tracked open spans; elsewhere none are known).
         log_events: GenAI log events feed the pipeline from the start (a lone log exporter).
         decode_metrics: with it, the engine has a metric path (a
-            :class:`~otel_trackio.TrackioMetricExporter` on the same run) fed by
+            :class:`~otel_trackio._engine.metrics.MetricPath` on the same run) fed by
             :meth:`RunEngine.export_metrics`.
     """
     if sink is None:
@@ -153,7 +153,7 @@ def build_run_engine(
     metrics = None
     if decode_metrics is not None:
         try:
-            metrics = TrackioMetricExporter(run=sink.run, settings=settings)
+            metrics = MetricPath(settings, run=sink.run)
             metrics.follow_steps(steps.latest)  # the run's latest step, its spans' and metrics'
         except BaseException:
             pipeline.close()

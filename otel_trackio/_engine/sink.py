@@ -133,6 +133,17 @@ def _forget_active_run(run: RunLike) -> None:
         variable.set(None)
 
 
+def init_accepts(keyword: str) -> bool:
+    """Whether the installed ``trackio.init`` takes ``keyword`` (False when Trackio is not
+    installed or its signature cannot be read)."""
+    try:
+        import inspect
+
+        return keyword in inspect.signature(_trackio().init).parameters
+    except (ImportError, TypeError, ValueError):
+        return False
+
+
 def reserved_keys() -> frozenset[str]:
     """Metric keys ``Run.log`` renames to ``__<key>`` (keys starting with ``__`` are too)."""
     keys = getattr(getattr(_trackio(), "utils", None), "RESERVED_KEYS", None)

@@ -1,6 +1,6 @@
 """The metric exporter of ``configure()`` when a writer process holds the run (``offload=True``):
 each export goes to the spool, and the writer logs it with the
-:class:`~otel_trackio.TrackioMetricExporter` of its run engine — the same steps, series and
+:class:`~otel_trackio._engine.metrics.MetricPath` of its run engine — the same steps, series and
 stats as in process, without Trackio in the rollout process."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 
+from otel_trackio._engine.metrics import DEFAULT_TEMPORALITY, MetricExportStats
 from otel_trackio._offload.client import OffloadClient
-from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, MetricExportStats
 
 
 class SpooledMetricExporter(MetricExporter):

@@ -40,6 +40,7 @@ from typing import Protocol
 from otel_trackio._codec import spool as codec
 from otel_trackio._codec.packing import UnreadablePayload
 from otel_trackio._codec.routes import NO_ROUTE, Route
+from otel_trackio._engine.metrics import MetricPath
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.stats import ExportStats, step_ranges, steps_in
@@ -47,7 +48,6 @@ from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool.metric_memory import MetricMemory
 from otel_trackio._spool.replay import REPLAYABLE_KEY, ReplayCheck, ReplayCounts
 from otel_trackio._spool.segments import (
-    FSYNC_POLICIES,
     Checkpoint,
     Entry,
     Lock,
@@ -60,19 +60,17 @@ from otel_trackio._spool.segments import (
     save_checkpoint,
     sync_segments,
 )
-from otel_trackio.metric_exporter import TrackioMetricExporter
+from otel_trackio.settings import FSYNC_POLICIES
 
 BACKOFF_SECONDS = (0.5, 30.0)
-
-
-def _no_earlier_runs(pipeline: TracePipeline) -> Sequence[str]:
-    return ()
-
-
 """The drainer's wait before retrying a failed write or checkpoint: from the first, doubling,
 up to the second."""
 
 _logger = logging.getLogger("otel_trackio")
+
+
+def _no_earlier_runs(pipeline: TracePipeline) -> Sequence[str]:
+    return ()
 
 
 class Destination(Protocol):
@@ -83,8 +81,8 @@ class Destination(Protocol):
         """The span pipeline of this route."""
 
     @property
-    def metrics(self) -> TrackioMetricExporter | None:
-        """The metric exporter of this route (None: its metrics are ignored)."""
+    def metrics(self) -> MetricPath | None:
+        """The metric path of this route (None: its metrics are ignored)."""
 
     def export_metrics(self, request: bytes) -> None:
         """Log a serialised OTLP metrics request."""
@@ -114,9 +112,9 @@ class Drainer:
             pipelines look them up when they log samples early), and the producer's reports
             of its spans open long (a trace logged at the TTL shows them).
         cycle_bytes: payload bytes handed over per cycle at most.
-        fsync: the spool's fsync policy (see :data:`~.segments.FSYNC_POLICIES`): anything
-            but ``never`` forces the segments a checkpoint covers, then the checkpoint, to
-            the disk.
+        fsync: the spool's fsync policy (see :data:`~otel_trackio.settings.FSYNC_POLICIES`):
+            anything but ``never`` forces the segments a checkpoint covers, then the
+            checkpoint, to the disk.
         receiving: when (monotonic) the oldest request the producer is still taking began,
             None when it takes none (the OTLP receiver): every request begun before that is in
             the spool. With it, the drainer notes that moment and where the spool ends, and

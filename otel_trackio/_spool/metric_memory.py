@@ -25,8 +25,8 @@ from pathlib import Path
 
 from otel_trackio._codec.packing import Classes, UnreadablePayload, pack, unpack
 from otel_trackio._core.metric_convert import ConverterMemory
+from otel_trackio._engine.metrics import MetricPath
 from otel_trackio._spool.segments import write_atomically
-from otel_trackio.metric_exporter import TrackioMetricExporter
 
 MEMORY_SUFFIX = ".memory"
 _MEMORY_CLASSES = Classes.of(ConverterMemory)
@@ -79,11 +79,11 @@ class MetricMemory:
     def __init__(self, spool: Path, *, fsync: bool) -> None:
         self._spool = Path(spool)
         self._fsync = fsync
-        self._recalled: weakref.WeakSet[TrackioMetricExporter] = weakref.WeakSet()
+        self._recalled: weakref.WeakSet[MetricPath] = weakref.WeakSet()
         self._warned: set[str] = set()
         self.failed_saves = 0
 
-    def recall(self, exporter: TrackioMetricExporter, run_key: str) -> None:
+    def recall(self, exporter: MetricPath, run_key: str) -> None:
         """Before ``exporter`` logs its first entry from this spool: what was logged before."""
         if exporter in self._recalled:
             return
@@ -92,7 +92,7 @@ class MetricMemory:
         if memory is not None:
             exporter.recall(memory)
 
-    def save(self, exporter: TrackioMetricExporter, run_key: str) -> None:
+    def save(self, exporter: MetricPath, run_key: str) -> None:
         """After ``exporter`` logged an entry: what it remembers now."""
         try:
             save_memory(memory_path(self._spool, run_key), exporter.memory(), fsync=self._fsync)

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from otel_trackio.settings import FSYNC_POLICIES
+
 HEADER = struct.Struct("<2sBBIIQ")  # magic, kind, flags, payload length, crc32, append time ns
 MAGIC = b"OT"
 #: header flag: the next entry belongs to the same append (one unit: read all of it or none)
@@ -60,20 +62,6 @@ def crc32_holding_the_gil(data: bytes) -> int:
     for start in range(0, len(view), _CRC_CHUNK):
         crc = zlib.crc32(view[start : start + _CRC_CHUNK], crc)
     return crc
-
-
-FSYNC_POLICIES = ("request", "cycle", "never")
-"""When the spool's bytes are forced to the disk (``fsync``):
-
-- ``request``: every append before it returns (before a request is acknowledged), and every
-  checkpoint: an acknowledged entry survives a power loss or a kernel crash.
-- ``cycle``: the checkpoint, with the segment bytes it covers, once per drain cycle: a power
-  loss keeps a checkpoint that matches the segments (never "replay everything" nor a checkpoint
-  past data the disk lost); entries acknowledged in the last moments before it (up to the OS's
-  write-back delay, about 30 s on Linux) can be lost.
-- ``never``: the OS writes back when it likes: process kills are survived, a power loss can
-  lose recent entries and leave the checkpoint ahead of them.
-"""
 
 
 class SpoolFull(Exception):
