@@ -15,6 +15,8 @@ from otel_trackio._engine.open_samples import (
     register_open_sample,
     unregister_open_sample,
 )
+from otel_trackio._engine.report import RunSummary
+from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.steps import latest_step, set_step
 from otel_trackio.instrument import rollout, traced
 from otel_trackio.log_exporter import LogExportStats, TrackioLogExporter
@@ -51,6 +53,8 @@ __all__ = [
     "LogExportStats",
     "MetricExportStats",
     "OpenSampleTracker",
+    "RunLike",
+    "RunSummary",
     "StepSampler",
     "TrackioConfigError",
     "TrackioLogExporter",

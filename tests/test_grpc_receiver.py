@@ -117,7 +117,7 @@ def test_the_official_grpc_exporters_store_whole_samples_metrics_and_log_events(
     )
     logs.shutdown()
 
-    wait_until(lambda: receiver.router.totals()["log_records"] >= 1, what="the log record")
+    wait_until(lambda: receiver.router.totals().log_records >= 1, what="the log record")
     receiver.stop()
     traces = read_traces(project, "grpc")
     assert _keys(traces) == [(s, i) for s in range(3) for i in range(8)]  # once each
@@ -169,7 +169,7 @@ def test_refusals_have_the_status_the_exporters_act_on(project, start_receiver):
     assert not response.HasField("partial_success")
     receiver.stop()
     assert _keys(read_traces(project, "refusals")) == [(0, 0), (0, 1), (0, 2)]
-    assert receiver.router.totals()["rejected"] >= 3
+    assert receiver.router.totals().rejected >= 3
 
 
 def test_a_full_spool_answers_unavailable_with_retry_info_then_the_retry_is_stored_once(
@@ -199,7 +199,7 @@ def test_a_full_spool_answers_unavailable_with_retry_info_then_the_retry_is_stor
             )
         )
         sender.start()
-        wait_until(lambda: receiver.router.totals()["busy"] >= 2, what="the exporter refused")
+        wait_until(lambda: receiver.router.totals().busy >= 2, what="the exporter refused")
     finally:
         pipeline._lock.release()
     sender.join(90)
@@ -260,7 +260,7 @@ def test_grpc_at_the_http_port_gets_a_plain_warning_and_is_counted(project, star
     said = [r.getMessage() for r in caplog.records if "OTLP/gRPC (HTTP/2)" in r.getMessage()]
     assert said and receiver.grpc_endpoint in said[0]
     assert "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf" in said[0]
-    assert receiver.router.totals()["rejected"] >= 1
+    assert receiver.router.totals().rejected >= 1
     receiver.stop()
     assert read_traces(project, "wrong-port") == []
 

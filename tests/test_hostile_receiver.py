@@ -419,14 +419,14 @@ def test_an_idle_route_is_closed_and_data_for_it_opens_it_again_into_the_same_ru
 
     assert post(sample(6, 1, run="a")).status_code == 200
     wait_until(lambda: _stored(project, "a") == [(6, 1)])
-    wait_until(lambda: receiver.router.totals()["runs"] == 1)  # only the server's own is left
+    wait_until(lambda: receiver.router.totals().runs == 1)  # only the server's own is left
     assert post(sample(7, 2, run="a")).status_code == 200
     receiver.stop()
     assert _stored(project, "a") == [(6, 1), (7, 2)]
     assert SQLiteStorage.get_runs(project).count("a") == 1
     (a,) = [s for s in receiver.router.run_summaries() if s.run == "a"]
     assert a.stats.samples_logged == 2  # both openings of the route, in one summary
-    assert receiver.router.totals()["samples"] == 2
+    assert receiver.router.totals().samples == 2
 
 
 def test_a_full_route_table_makes_room_by_closing_the_least_recent_quiet_route(

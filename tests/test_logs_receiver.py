@@ -115,7 +115,7 @@ def test_workers_log_events_join_their_samples_whatever_arrives_first(
         assert trace["messages"] == _conversation(meta["sample_index"])
         assert sorted(s["name"] for s in trace["spans"]) == ["chat m", "rollout"]
     totals = receiver.router.totals()
-    assert (totals["log_events"], totals["log_records"]) == (2 * count, 3 * count)
+    assert (totals.log_events, totals.log_records) == (2 * count, 3 * count)
 
 
 # -- OTLP JSON written by hand ------------------------------------------------------------------
@@ -202,9 +202,9 @@ def test_events_after_grace_missing_spans_and_unsampled_events(project, start_re
     _post(receiver, "logs", _logs(_user(dropped, lost, "unsampled", flags=0)))
     # Answered once spooled: wait for the drain thread to log them.
     deadline = time.monotonic() + 30
-    while receiver.router.totals()["samples"] < 3 and time.monotonic() < deadline:
+    while receiver.router.totals().samples < 3 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert receiver.router.totals()["samples"] == 3  # 1, its continuation, 2
+    assert receiver.router.totals().samples == 3  # 1, its continuation, 2
     receiver.stop()
 
     rows = _by_trace(project)
@@ -230,7 +230,7 @@ def test_events_after_grace_missing_spans_and_unsampled_events(project, start_re
 
     assert dropped not in rows
     totals = receiver.router.totals()
-    assert (totals["log_events"], totals["log_events_unsampled"]) == (4, 1)
+    assert (totals.log_events, totals.log_events_unsampled) == (4, 1)
 
 
 def test_events_and_spans_over_concurrent_requests_in_either_order(project, start_receiver):
@@ -348,7 +348,7 @@ def test_official_opentelemetry_proto_examples_of_all_three_signals(project, sta
     for metric in ("my.counter", "my.gauge", "my.histogram", "my.exponential.histogram"):
         assert any(key.startswith(metric) for key in keys), (metric, keys)
     totals = receiver.router.totals()
-    assert (totals["log_records"], totals["log_events"]) == (2, 0)
+    assert (totals.log_records, totals.log_events) == (2, 0)
 
 
 def test_the_official_log_example_as_a_genai_event_joins_the_example_span(project, start_receiver):

@@ -174,6 +174,6 @@ def test_the_receiver_rejects_spans_of_a_project_trackio_would_merge(project, st
     assert _send(receiver.url, merged)  # answered, its spans rejected in partial_success
     totals = receiver.router.totals()
     receiver.stop()
-    assert totals["rejected"] == 4  # the second project's 2 samples of 2 spans
+    assert totals.rejected == 4  # the second project's 2 samples of 2 spans
     traces = read_traces(f"{project}.q")
     assert sorted(t["metadata"]["sample_index"] for t in traces) == [0, 1]  # only the first's

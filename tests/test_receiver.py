@@ -117,7 +117,7 @@ def test_four_processes_with_the_official_exporter_give_exactly_one_trace_per_sa
         assert trace["step"] == (meta["sample_index"] % 50) // 10
         assert sorted(s["name"] for s in trace["spans"]) == ["chat toy", "rollout"]
         assert meta["service_name"] == f"worker-{meta['sample_index'] // 50}"
-    assert receiver.router.totals()["spans"] == 400
+    assert receiver.router.totals().spans == 400
 
 
 def test_metrics_from_the_official_metric_exporter_land_as_scalars(project, start_receiver):
@@ -308,7 +308,7 @@ def test_bad_requests_get_their_status_and_nothing_else_in_flight_is_lost(
     traces = read_traces(project, "r")
     assert sorted(t["metadata"]["sample_index"] for t in traces) == list(range(60))
     assert not any(t["metadata"].get("partial") for t in traces)
-    assert receiver.router.totals()["rejected"] == len(cases)
+    assert receiver.router.totals().rejected == len(cases)
 
 
 def test_decompression_is_capped_while_streaming():
@@ -450,7 +450,7 @@ def test_summary_line_only_while_data_flows(project, start_receiver):
     spans = _spans(2)
     exporter = OTLPSpanExporter(endpoint=receiver.url + "/v1/traces")
     assert exporter.export(spans).name == "SUCCESS"
-    wait_until(lambda: receiver.router.totals()["samples"] == 2)  # answered before it drained
+    wait_until(lambda: receiver.router.totals().samples == 2)  # answered before it drained
     now[0] += 2
     line = summary.line()
     assert line is not None

@@ -161,9 +161,9 @@ def test_a_request_still_coming_in_holds_completed_samples_back(
         wait_until(lambda: receiver.router.in_flight.oldest() is not None, "the slow request taken")
         assert exporter.export([root, *other]) == SpanExportResult.SUCCESS
         # Both complete in the receiver: sample 1 whole, sample 0 as its root alone.
-        wait_until(lambda: receiver.router.totals()["waiting"] == 2, "both samples held")
+        wait_until(lambda: receiver.router.totals().waiting == 2, "both samples held")
         time.sleep(0.3)  # many drain polls: none may release them while a request comes in
-        assert receiver.router.totals()["waiting"] == 2
+        assert receiver.router.totals().waiting == 2
         assert not read_traces(project, "r")
         slow.sendall(body[len(body) // 2 :])
         assert slow.recv(4096).startswith(b"HTTP/1.1 200")

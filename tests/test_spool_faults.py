@@ -426,7 +426,7 @@ def test_a_short_write_at_append_is_undone_before_the_next_entry(
     assert failed == [2]
     receiver.stop()
     _check("short-append", acknowledged, Stored(_stored_rows(project, "r")))
-    assert receiver.router.totals()["torn_entries"] == 0
+    assert receiver.router.totals().torn_entries == 0
 
 
 def test_a_reader_between_a_half_written_append_and_its_cut_back_takes_none_of_it(
@@ -778,7 +778,7 @@ def test_a_timed_out_storage_write_keeps_the_entries_until_they_are_written(
         batch = _spans(0, range(5))
         assert _send(receiver.url, batch)
         acknowledged |= _keys(batch)
-        wait_until(lambda: receiver.router.totals()["retried_writes"] > 0, what="a timeout")
+        wait_until(lambda: receiver.router.totals().retried_writes > 0, what="a timeout")
         checkpoint = load_checkpoint(spool)
         assert checkpoint is not None
         first = min(spool.glob("*.seg"))

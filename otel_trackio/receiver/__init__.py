@@ -18,10 +18,8 @@ from typing import Any
 _EXPORTS = {
     "DEFAULT_MAX_BODY_BYTES": ".app",
     "OTLPReceiver": ".server",
-    "Outcome": "._routing",
-    "Router": "._routing",
     "ReceiverLimits": "._limits",
-    "ReceiverStats": "._routing",
+    "ReceiverTotals": "._stats",
     "ReceiverUnavailable": "._routing",
     "RoutesExhausted": "._errors",
     "create_app": ".app",

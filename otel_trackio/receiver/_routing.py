@@ -40,7 +40,7 @@ from otel_trackio.receiver._in_flight import RequestsInFlight
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ROOM_IDLE_SECONDS
 from otel_trackio.receiver._names import printable_name
 from otel_trackio.receiver._run_names import RunNames
-from otel_trackio.receiver._stats import Outcome, ReceiverStats
+from otel_trackio.receiver._stats import Outcome, ReceiverStats, ReceiverTotals
 from otel_trackio.settings import TrackioSettings, split_options
 
 _logger = logging.getLogger("otel_trackio.receiver")
@@ -429,7 +429,7 @@ class Router:
             time.sleep(0.02)
         return self.drained()
 
-    def totals(self) -> dict[str, Any]:
+    def totals(self) -> ReceiverTotals:
         """Counters for the summary line: received, logged, waiting and rejected so far."""
         routes = self._open_routes(include_closed=True)
         with self._lock:
@@ -438,35 +438,35 @@ class Router:
         with self._stats_lock:
             stats = dataclasses.replace(self.stats)
         waiting, behind = self.backlog()
-        return {
-            "requests": stats.requests,
-            "spans": stats.spans_received,
-            "points": stats.points_received,
-            "log_records": stats.log_records_received,
-            "log_events": stats.log_events_received,
-            "log_events_unsampled": sum(p.spans.assembler.unsampled_events_dropped for p in routes)
+        return ReceiverTotals(
+            requests=stats.requests,
+            spans=stats.spans_received,
+            points=stats.points_received,
+            log_records=stats.log_records_received,
+            log_events=stats.log_events_received,
+            log_events_unsampled=sum(p.spans.assembler.unsampled_events_dropped for p in routes)
             + sum(r.unsampled_events for r in retired),
-            "samples": spans.samples_logged,
-            "partial": spans.partial_samples,
-            "lost": spans.samples_lost,
-            "retried": spans.samples_retried,
-            "retried_writes": spans.failed_writes + self._drainer.stats.failed_checkpoints,
-            "already_stored": spans.already_stored,
-            "unusable_steps": spans.unusable_steps,
-            "resent": sum(p.spans.assembler.resent for p in routes)
+            samples=spans.samples_logged,
+            partial=spans.partial_samples,
+            lost=spans.samples_lost,
+            retried=spans.samples_retried,
+            retried_writes=spans.failed_writes + self._drainer.stats.failed_checkpoints,
+            already_stored=spans.already_stored,
+            unusable_steps=spans.unusable_steps,
+            resent=sum(p.spans.assembler.resent for p in routes)
             + sum(r.resent for r in retired),
-            "unwritten": sum(p.spans.unwritten_samples for p in routes),
-            "torn_entries": self._drainer.stats.torn_entries,
-            "waiting": sum(p.spans.assembler.held_samples for p in routes),
-            "metrics": sum(p.metrics.stats.values_logged for p in routes if p.metrics)
+            unwritten=sum(p.spans.unwritten_samples for p in routes),
+            torn_entries=self._drainer.stats.torn_entries,
+            waiting=sum(p.spans.assembler.held_samples for p in routes),
+            metrics=sum(p.metrics.stats.values_logged for p in routes if p.metrics)
             + sum(r.metrics_logged for r in retired),
-            "rejected": stats.rejected_items + stats.rejected_requests,
-            "busy": stats.refused_busy,
-            "backlog_spans": max(0, stats.spans_received - self._drainer.stats.spans),
-            "backlog_bytes": waiting,
-            "behind_seconds": round(behind, 1) if behind is not None and waiting else 0.0,
-            "runs": len(routes),
-        }
+            rejected=stats.rejected_items + stats.rejected_requests,
+            busy=stats.refused_busy,
+            backlog_spans=max(0, stats.spans_received - self._drainer.stats.spans),
+            backlog_bytes=waiting,
+            behind_seconds=round(behind, 1) if behind is not None and waiting else 0.0,
+            runs=len(routes),
+        )
 
     def run_summaries(self) -> list[RunSummary]:
         """What each run (route) logged, as the end-of-run summary says it (a route closed while

@@ -30,3 +30,58 @@ class ReceiverStats:
     rejected_items: int = 0
     rejected_requests: int = 0
     refused_busy: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverTotals:
+    """The receiver's counters so far, all runs together: what its summary and stop lines say
+    (:meth:`~otel_trackio.receiver._routing.Router.totals`)."""
+
+    requests: int = 0
+    """Requests taken (all three signals, both doors)."""
+    spans: int = 0
+    """Spans received."""
+    points: int = 0
+    """Metric points received."""
+    log_records: int = 0
+    """Log records received."""
+    log_events: int = 0
+    """GenAI log events among them (they join their spans)."""
+    log_events_unsampled: int = 0
+    """GenAI log events of unsampled spans, left out."""
+    samples: int = 0
+    """Samples written to Trackio's storage."""
+    partial: int = 0
+    """Of those, samples logged before they were whole (TTL, flush, capacity)."""
+    lost: int = 0
+    """Samples given up (never stored)."""
+    retried: int = 0
+    """Samples logged again after a failed write."""
+    retried_writes: int = 0
+    """Writes or checkpoints that failed and were tried again."""
+    already_stored: int = 0
+    """Samples sent again (or replayed) that were found stored already, kept once."""
+    unusable_steps: int = 0
+    """Samples not stored: their ``step`` is no step."""
+    resent: int = 0
+    """Spans sent again that matched one buffered, held or logged, kept once."""
+    unwritten: int = 0
+    """Samples waiting for a write to be retried."""
+    torn_entries: int = 0
+    """Torn spool entries skipped (a producer killed mid-write)."""
+    waiting: int = 0
+    """Samples held in their grace period."""
+    metrics: int = 0
+    """Metric values logged."""
+    rejected: int = 0
+    """Items and requests rejected (the client was told why)."""
+    busy: int = 0
+    """Requests refused busy (503)."""
+    backlog_spans: int = 0
+    """Spans received and not yet handed to a run."""
+    backlog_bytes: int = 0
+    """Bytes waiting in the spool."""
+    behind_seconds: float = 0.0
+    """How old the oldest waiting spool entry is (0 with nothing waiting)."""
+    runs: int = 0
+    """Runs (routes) open or closed while idle."""

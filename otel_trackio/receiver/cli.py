@@ -198,9 +198,9 @@ def _drain(args: argparse.Namespace) -> int:
     router.shutdown(drain_seconds=0)
     totals = router.totals()
     _print(
-        f"otel-trackio drain: done; {totals['samples']} samples logged "
-        f"({totals['partial']} partial), {totals['lost']} lost, {totals['retried']} retried, "
-        f"{totals['torn_entries']} torn spool entries skipped, {totals['metrics']} metrics logged"
+        f"otel-trackio drain: done; {totals.samples} samples logged "
+        f"({totals.partial} partial), {totals.lost} lost, {totals.retried} retried, "
+        f"{totals.torn_entries} torn spool entries skipped, {totals.metrics} metrics logged"
     )
     return 0
 

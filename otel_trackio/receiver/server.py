@@ -24,7 +24,7 @@ from otel_trackio.receiver._grpc import GrpcListener
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
 from otel_trackio.receiver._protocol import guarded_protocol
 from otel_trackio.receiver._routing import Router
-from otel_trackio.receiver._summary import Summary
+from otel_trackio.receiver._summary import Summary, troubles
 from otel_trackio.receiver.app import create_app
 from otel_trackio.settings import TrackioSettings
 
@@ -357,23 +357,16 @@ class OTLPReceiver:
         left = (
             ""
             if drained
-            else f"; {totals['backlog_bytes']} bytes left in the spool {self.router.spool_path}"
+            else f"; {totals.backlog_bytes} bytes left in the spool {self.router.spool_path}"
         )
-        resent = "".join(
-            f", {totals[key]} {label}"
-            for key, label in (
-                ("resent", "spans sent again, kept once"),
-                ("already_stored", "samples found stored already, kept once"),
-            )
-            if totals[key]
-        )
+        resent = troubles(totals, only=("resent", "already_stored"))
         self._report(
-            f"otel-trackio serve: stopped; {totals['spans']} spans, {totals['samples']} samples "
-            f"logged ({totals['partial']} partial), {totals['lost']} lost, "
-            f"{totals['retried']} retried, {totals['metrics']} metrics logged, "
-            f"{totals['rejected']} rejected{resent}{left}"
+            f"otel-trackio serve: stopped; {totals.spans} spans, {totals.samples} samples "
+            f"logged ({totals.partial} partial), {totals.lost} lost, "
+            f"{totals.retried} retried, {totals.metrics} metrics logged, "
+            f"{totals.rejected} rejected{resent}{left}"
         )
-        if not totals["requests"]:
+        if not totals.requests:
             grpc_door = f"{self.grpc_endpoint} (gRPC)" if self.grpc_endpoint else ""
             doors = " or ".join(door for door in (self.url, grpc_door) if door)
             self._report(
