@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import read_traces, root_span_id
+from conftest import read_traces, root_span_id, wait_until
 from opentelemetry import trace as otel_trace
 from opentelemetry._logs import LogRecord
 from opentelemetry.sdk._logs import LoggerProvider
@@ -157,9 +157,7 @@ def test_the_timer_logs_events_whose_span_never_comes_at_the_ttl(project):
     with otel_trace.use_span(span, end_on_exit=False):
         setup.say("nobody came")
     setup.send_logs()
-    deadline = time.monotonic() + 10
-    while not read_traces(project, "r") and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: read_traces(project, "r"), "the timer to log the idle sample")
     (sample,) = read_traces(project, "r")  # logged by the timer: no export, no flush
     assert sample["metadata"]["partial_reason"] == "ttl"
     assert sample["messages"] == [{"role": "user", "content": "nobody came"}]

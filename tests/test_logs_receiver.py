@@ -13,13 +13,12 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from conftest import read_logs, read_traces, root_span_id, trace_id
+from conftest import read_logs, read_traces, root_span_id, trace_id, wait_until
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from otel_trackio._core.assembly import PLACEHOLDER_ATTRIBUTE, PLACEHOLDER_NAME
@@ -99,10 +98,7 @@ def test_workers_log_events_join_their_samples_whatever_arrives_first(
         # The next worker once the run has shown log events: from then on its samples wait
         # for them. (Before that a sample goes out as soon as the receiver has its spans;
         # test_receiver_grace.py pins what a log event arriving after it does.)
-        deadline = time.monotonic() + 120
-        while not receiver.router.default.spans.log_events:
-            assert time.monotonic() < deadline, "no log event reached the receiver"
-            time.sleep(0.02)
+        wait_until(lambda: receiver.router.default.spans.log_events, "a log event received", 120)
     assert [w.wait(timeout=120) for w in workers] == [0] * len(orders)
     receiver.stop()
 
@@ -201,9 +197,7 @@ def test_events_after_grace_missing_spans_and_unsampled_events(project, start_re
     _post(receiver, "logs", _logs(_user(alone, lost, "alone")))
     _post(receiver, "logs", _logs(_user(dropped, lost, "unsampled", flags=0)))
     # Answered once spooled: wait for the drain thread to log them.
-    deadline = time.monotonic() + 30
-    while receiver.router.totals().samples < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: receiver.router.totals().samples >= 3, "three samples logged")
     assert receiver.router.totals().samples == 3  # 1, its continuation, 2
     receiver.stop()
 

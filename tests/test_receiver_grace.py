@@ -75,10 +75,7 @@ def test_a_single_process_clients_samples_do_not_wait_for_the_grace_period(
             with tracer.start_as_current_span("reward"):
                 pass
     assert provider.force_flush(30_000)  # every span is in the receiver now
-    deadline = time.monotonic() + 60
-    while len(_rows(project)) < 6:
-        assert time.monotonic() < deadline, "the samples waited for the grace period"
-        time.sleep(0.05)
+    wait_until(lambda: len(_rows(project)) >= 6, "the samples, not their grace period", 60)
     rows = _rows(project)
     assert sorted(rows) == list(range(6))
     for index, traces in rows.items():

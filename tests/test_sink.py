@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 import pytest
 import trackio
+from conftest import wait_until
 from trackio import context_vars
 from trackio.sqlite_storage import SQLiteStorage
 
@@ -191,9 +191,7 @@ def test_a_run_without_trackio_internals_still_stores_and_says_once_what_is_lost
         assert "Run._flush_queues_inline" in messages[0]
         assert "no longer written to storage before export() returns" in messages[0]
         assert "Run._next_step" in messages[1]
-        deadline = time.monotonic() + WAIT
-        while not _traces(project, "public") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: _traces(project, "public"), "the Trace stored")
         assert [t["step"] for t in _traces(project, "public")] == [1]
     finally:
         sink.release()

@@ -268,9 +268,9 @@ def test_the_writer_takes_the_lowest_priority_of_its_own_autogroup_too(project):
     ours = _autogroup_nice()
     provider, exporter = _offload_provider(project, "lowest")
     writer = exporter.offloaded.writer_pid
-    deadline = time.monotonic() + 60
-    while _autogroup_nice(writer) != 19 and time.monotonic() < deadline:
-        time.sleep(0.02)  # set once the run is open
+    wait_until(
+        lambda: _autogroup_nice(writer) == 19, "the writer's lowest priority (once the run is open)"
+    )
     assert os.getsid(writer) == writer  # its own session: Ctrl-C reaches only the rollout
     assert os.getpriority(os.PRIO_PROCESS, writer) == 19
     assert _autogroup_nice(writer) == 19
