@@ -29,7 +29,7 @@ os.environ.setdefault("TRACKIO_DISABLE_TELEMETRY", "1")
 from opentelemetry import _logs, trace
 
 import otel_trackio
-from otel_trackio._engine.grace import LOG_GRACE_SECONDS
+from otel_trackio._core.assembly.grace import LOG_GRACE_SECONDS
 
 
 def workload(samples: int, latency: float) -> None:
@@ -92,7 +92,7 @@ def measure(name: str, samples: int, latency: float, grace: float | None) -> dic
     stats = pipeline.stats
     return {
         "workload": name,
-        "grace_s": pipeline.assembler.grace_seconds,
+        "grace_s": pipeline.grace.seconds,
         "samples": samples,
         "events": events,
         "events_after_root": len(lags),

@@ -10,11 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from otel_trackio._engine.open_samples import (
-    lookup_open_sample,
-    register_open_sample,
-    unregister_open_sample,
-)
 from otel_trackio._engine.report import RunSummary
 from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.steps import latest_step, set_step
@@ -67,10 +62,7 @@ __all__ = [
     "configure",
     "latest_step",
     "log_generations",
-    "lookup_open_sample",
-    "register_open_sample",
     "rollout",
     "set_step",
     "traced",
-    "unregister_open_sample",
 ]

@@ -34,12 +34,11 @@ from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
 from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
 from otel_trackio._engine.intake import find_intake
-from otel_trackio._engine.offload import with_offload_resolved
 from otel_trackio._engine.report import say
 from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.stats import ExportStats
-from otel_trackio._offload.client import OffloadClient
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
+from otel_trackio._wiring import metrics_spool, with_offload_resolved
 from otel_trackio.environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
     OTEL_EXPORTER_TRACKIO_PROJECT,
@@ -171,10 +170,12 @@ class TrackioEnvMetricExporter(MetricExporter):
         settings = _env_settings(overrides, has_run=run is not None)
         if settings is None:
             return
-        intake = find_intake(settings.project, settings.name) if run is None else None
-        if isinstance(intake, OffloadClient) and not intake.sink.opened and not intake.closed:
-            self.exporter = SpooledMetricExporter(intake)
-            self._spool = intake
+        # The span exporter of the same run in this process takes log events there.
+        spans = find_intake(settings.project, settings.name) if run is None else None
+        spool = metrics_spool(spans)
+        if spool is not None:  # metrics follow the run: to the writer that holds it
+            self.exporter = SpooledMetricExporter(spool)
+            self._spool = spool
             return
         self.exporter = TrackioMetricExporter(run=run, settings=settings)
         self._preferred_temporality = self.exporter._preferred_temporality

@@ -168,9 +168,9 @@ class TrackioLogExporter(LogRecordExporter):
             f"no TrackioSpanExporter for project {settings.project!r}, run {settings.name!r} in "
             "this process: GenAI log events are logged without their spans (partial Traces)",
         )
-        from otel_trackio._engine.run import build_run_engine
+        from otel_trackio._wiring import in_process_engine
 
-        return build_run_engine(settings, log_events=True)
+        return in_process_engine(settings, log_events=True)
 
     def _count_skipped(self, reason: str) -> None:
         if reason == "no_span":

@@ -12,19 +12,15 @@ from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
 from otel_trackio._engine.intake import EventIntake, register_intake
-from otel_trackio._engine.offload import with_offload_resolved
-from otel_trackio._engine.open_samples import OPEN_SAMPLES
-from otel_trackio._engine.open_spans import FirstKnown, OpenSpans
 from otel_trackio._engine.report import RunSummary, say
-from otel_trackio._engine.sink import RunLike, TrackioSink, is_remote, trackio_dir
+from otel_trackio._engine.sink import RunLike, trackio_dir
 from otel_trackio._engine.stats import ExportStats
-from otel_trackio._offload.client import OffloadClient, portable
+from otel_trackio._wiring import SpanWiring, plan_spans
 from otel_trackio.sampling import StepSampler
 from otel_trackio.settings import TrackioSettings, activate_first, settings_for
 
 if TYPE_CHECKING:  # the in-process engine is imported only when an exporter runs in process
     from otel_trackio._engine.pipeline import TracePipeline
-    from otel_trackio._engine.run import RunEngine
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -77,12 +73,26 @@ class TrackioSpanExporter(SpanExporter):
         *,
         run: RunLike | None = None,
         settings: TrackioSettings | None = None,
-        _sink: TrackioSink | None = None,  # configure(): a holder of the run it holds
         **options: Any,
     ) -> None:
-        settings = with_offload_resolved(settings_for(project, name, settings, options))
+        wiring = plan_spans(settings_for(project, name, settings, options), run=run)
+        self._take(wiring)
+        # Built by hand (not by configure(), which holds the freeze itself): the same setting.
+        self._thaw = freeze_setup() if wiring.settings.gc_freeze else no_hold
+
+    @classmethod
+    def _from_wiring(cls, wiring: SpanWiring) -> TrackioSpanExporter:
+        """The exporter of a path :func:`~otel_trackio._wiring.plan_spans` built (``configure()``
+        plans it itself: it holds the same run and the GC freeze)."""
+        exporter = cls.__new__(cls)
+        exporter._take(wiring)
+        exporter._thaw = no_hold
+        return exporter
+
+    def _take(self, wiring: SpanWiring) -> None:
+        settings = wiring.settings
         self.settings = settings
-        self.open_spans = OpenSpans()
+        self.open_spans = wiring.open_spans
         """Spans started and not ended (fed by ``TrackioSpanProcessor``/``OpenSampleTracker``):
         a flush logs them, unfinished, in their samples."""
         self.step_sampler: StepSampler | None = None
@@ -90,48 +100,16 @@ class TrackioSpanExporter(SpanExporter):
         zero-code setup installed one (the summary at shutdown counts what it left out)."""
         activate_first(settings)
         self._closed = False
-        self._offload: OffloadClient | None = None
-        self._engine: RunEngine | None = None
+        self._sink = wiring.sink
+        self._offload = wiring.offload
+        self._engine = wiring.engine
         # In process: the run engine's span pipeline; with offload: None (the writer has it).
-        self._pipeline: TracePipeline | None = None
-        why_not = portable(settings) if settings.offload else None
-        # With offload the writer process opens the run, unless this process already has it.
-        self._sink = _sink or TrackioSink(
-            settings.project,
-            settings.name,
-            run=run,
-            init_kwargs=settings.init_kwargs,
-            defer=bool(settings.offload) and why_not is None,
+        self._pipeline: TracePipeline | None = (
+            wiring.engine.spans if wiring.engine is not None else None
         )
-        if settings.offload:
-            why_not = why_not or _why_not_offload(settings, self._sink)
-            if why_not is None:
-                try:
-                    self._offload = OffloadClient(settings, self._sink, self.open_spans)
-                except BaseException:
-                    self._sink.release()
-                    raise
-            else:  # said whether asked for or the default: in process costs the rollout more
-                _logger.warning(
-                    "otel-trackio: exporting spans in this process, not through an offload "
-                    "writer process: %s (offload=False says so and silences this)",
-                    why_not,
-                )
-        if self._offload is None:
-            from otel_trackio._engine.run import build_run_engine
-
-            self._engine = build_run_engine(
-                settings,
-                sink=self._sink,
-                open_samples=FirstKnown(self.open_spans, OPEN_SAMPLES),
-                open_spans=self.open_spans,
-            )
-            self._pipeline = self._engine.spans
         # A TrackioLogExporter of the same project and run finds where to send GenAI events.
         register_intake(self.event_intake, settings.project, settings.name)
         register_intake(self.event_intake, self._sink.project, self._sink.run_name)
-        # Built by hand (not by configure(), which holds the freeze itself): the same setting.
-        self._thaw = freeze_setup() if settings.gc_freeze and _sink is None else no_hold
 
     @property
     def run(self) -> RunLike:
@@ -249,12 +227,3 @@ class TrackioSpanExporter(SpanExporter):
             not_traced=sampler.dropped_samples if sampler is not None else None,
             max_samples_per_step=sampler.max_samples_per_step if sampler is not None else None,
         )
-
-
-def _why_not_offload(settings: TrackioSettings, sink: TrackioSink) -> str | None:
-    """Why spans of this run cannot go to a writer process (None when they can): a run held
-    here that logs to a server the settings do not name (the writer could not reach it)."""
-    named = settings.server_url or settings.space_id
-    if sink.opened and is_remote(sink.run) and not named:
-        return "the run logs to a Trackio server that the settings do not name"
-    return None

@@ -33,11 +33,17 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_trackio._codec.sdk import attributes_view
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
+from otel_trackio._offload.client import OffloadClient
 from otel_trackio._offload.span_spooler import SpanSpooler
 from otel_trackio.settings import active_settings
 from otel_trackio.span_exporter import TrackioSpanExporter
 
-__all__ = ["OpenSampleTracker", "TrackioSpanProcessor"]
+__all__ = ["DEEP_QUEUE_SIZE", "OpenSampleTracker", "TrackioSpanProcessor"]
+
+DEEP_QUEUE_SIZE = 65_536
+"""The ``max_queue_size`` that ``configure()`` and the verl integration give
+:class:`TrackioSpanProcessor`: a burst of spans faster than Trackio writes waits instead of being
+dropped (64k spans are a few tens of MB at most)."""
 
 
 class OpenSampleTracker(SpanProcessor):
@@ -107,9 +113,11 @@ class TrackioSpanProcessor(BatchSpanProcessor):
     def __init__(self, span_exporter: TrackioSpanExporter, **batch_options: Any) -> None:
         super().__init__(span_exporter, **batch_options)
         self._open_spans = span_exporter.open_spans
-        client = span_exporter._offload  # offloaded: the spool the encoded spans go to
+        client = span_exporter.offloaded  # offloaded: the spool the encoded spans go to
         self._spooler = (
-            SpanSpooler(client, **_spooler_options(batch_options)) if client is not None else None
+            SpanSpooler(client, **_spooler_options(batch_options))
+            if isinstance(client, OffloadClient)
+            else None
         )
         if type(self).on_start is TrackioSpanProcessor.on_start and _batch_on_start_is_empty():
             # Per span on the rollout's thread: one call, not this method, then the SDK's (not

@@ -39,16 +39,15 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
-from otel_trackio._engine.offload import with_offload_resolved
 from otel_trackio._engine.sink import RunLike, TrackioSink
-from otel_trackio._offload.client import OffloadClient, portable
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
+from otel_trackio._wiring import metrics_spool, plan_spans, with_offload_resolved
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
 from otel_trackio.sampling import StepSampler, step_sampler
 from otel_trackio.settings import TrackioSettings, activate, settings_for
 from otel_trackio.span_exporter import TrackioSpanExporter
-from otel_trackio.span_processor import TrackioSpanProcessor
+from otel_trackio.span_processor import DEEP_QUEUE_SIZE, TrackioSpanProcessor
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -272,7 +271,6 @@ class _Installed:
 
 
 _lock = threading.RLock()
-_SPAN_QUEUE_SIZE = 65_536
 
 _installed: _Installed | None = None
 _active: TrackioTelemetry | None = None
@@ -482,8 +480,7 @@ def configure(
     first. Spans are never exported twice.
     """
     global _installed, _active
-    chosen = settings_for(project, name, settings, options)
-    chosen = with_offload_resolved(chosen)  # on unless told not to (see the README)
+    chosen = with_offload_resolved(settings_for(project, name, settings, options))
     request = _Request(chosen, run, metrics, logs)
     with _lock:
         previous = _active
@@ -500,36 +497,32 @@ def configure(
             )
             previous.shutdown()
 
-        # With offload the writer process opens the run (this process never imports Trackio),
-        # unless it is given or active here.
-        defer = bool(chosen.offload) and portable(chosen) is None
-        sink = TrackioSink(
-            chosen.project, chosen.name, run=run, init_kwargs=chosen.init_kwargs, defer=defer
-        )
+        # Where spans go and where the run is opened: decided in one place (otel_trackio._wiring).
+        wiring = plan_spans(chosen, run=run)
+        span_exporter = TrackioSpanExporter._from_wiring(wiring)
+        sink = wiring.sink.share()  # this handle's hold: it finishes a run configure() started
         try:
             if _installed is None:
                 _installed = _Installed(resource, metric_export_interval_millis)
             installed = _installed
-            span_exporter = TrackioSpanExporter(settings=chosen, _sink=sink.share())
             # A deep queue: a burst of spans faster than Trackio writes waits instead of being
             # dropped by the SDK (64k spans is a few tens of MB at most).
-            processor = TrackioSpanProcessor(span_exporter, max_queue_size=_SPAN_QUEUE_SIZE)
+            processor = TrackioSpanProcessor(span_exporter, max_queue_size=DEEP_QUEUE_SIZE)
             log_exporter = (
                 TrackioLogExporter(span_exporter)
                 if logs and installed.logger_provider is not None
                 else None
             )
             log_processor = (
-                BatchLogRecordProcessor(log_exporter, max_queue_size=_SPAN_QUEUE_SIZE)
+                BatchLogRecordProcessor(log_exporter, max_queue_size=DEEP_QUEUE_SIZE)
                 if log_exporter is not None
                 else None
             )
             metric_exporter: MetricExporter | None = None
             if metrics and installed.reader is not None:
-                offload = span_exporter.offloaded
-                if isinstance(offload, OffloadClient) and not sink.opened:
-                    # Metrics follow the run: to the writer process that holds it.
-                    metric_exporter = SpooledMetricExporter(offload)
+                spool = metrics_spool(wiring.offload)
+                if spool is not None:  # metrics follow the run: to the writer that holds it
+                    metric_exporter = SpooledMetricExporter(spool)
                 else:
                     metric_exporter = TrackioMetricExporter(run=sink.run, settings=chosen)
             sampler: Sampler | None = None
@@ -545,6 +538,7 @@ def configure(
                         "installed before configure(), and its sampler stays"
                     )
         except BaseException:
+            span_exporter.shutdown(timeout_millis=0)
             sink.release()
             raise
         activate(chosen)

@@ -73,7 +73,8 @@ from otel_trackio._core.values import json_safe, json_text
 from otel_trackio.instrument import rollout
 from otel_trackio.sampling import step_sampler
 from otel_trackio.settings import TrackioSettings
-from otel_trackio.span_processor import OpenSampleTracker
+from otel_trackio.span_exporter import TrackioSpanExporter
+from otel_trackio.span_processor import DEEP_QUEUE_SIZE, OpenSampleTracker, TrackioSpanProcessor
 
 __all__ = ["BACKEND", "install", "rollout_trace_attr", "rollout_trace_op", "setup"]
 
@@ -204,9 +205,19 @@ def setup(
         settings = settings.with_options(**overrides)
         resource = Resource.create(_routing(settings))
         provider = TracerProvider(sampler=step_sampler(settings), resource=resource)
-        provider.add_span_processor(OpenSampleTracker(settings.sample_attribute))
-        exporter = _DecodingExporter(_exporter(settings))
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        exporter = _exporter(settings)
+        if isinstance(exporter, TrackioSpanExporter) and not token2text:
+            # configure()'s path: spans encoded as they end (offloaded), open spans tracked.
+            provider.add_span_processor(
+                TrackioSpanProcessor(exporter, max_queue_size=DEEP_QUEUE_SIZE)
+            )
+        else:  # token ids decoded on the export thread, before the spans leave the process
+            tracked = exporter if isinstance(exporter, TrackioSpanExporter) else None
+            provider.add_span_processor(
+                OpenSampleTracker(settings.sample_attribute, exporter=tracked)
+            )
+            exporter = _DecodingExporter(exporter)
+            provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
         _provider, _own_exporter = provider, exporter
         return provider
@@ -238,13 +249,9 @@ def _exporter(settings: TrackioSettings) -> SpanExporter:
 
         return OTLPSpanExporter()
     from otel_trackio._engine.run import make_named_run_exist
-    from otel_trackio.span_exporter import TrackioSpanExporter
 
     make_named_run_exist(settings)  # every worker then resumes it
-    options: dict[str, Any] = {"resume": settings.resume or "allow"}
-    if settings.offload is None:
-        options["offload"] = True
-    return TrackioSpanExporter(settings=settings.with_options(**options))
+    return TrackioSpanExporter(settings=settings.with_options(resume=settings.resume or "allow"))
 
 
 def _tracer() -> trace.Tracer:

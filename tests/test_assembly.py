@@ -10,6 +10,7 @@ from otel_trackio._core.assembly.events import (
     attach_events,
     placeholder,
 )
+from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio._core.assembly.identity import Identifier
 from otel_trackio._core.assembly.memory import EmittedSamples
 from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
@@ -57,7 +58,7 @@ def test_a_span_sent_again_is_known_by_its_trace_and_span_id_together():
             attributes={"step": 0, "sample_index": trace_id},
         )  # fmt: skip
 
-    assembler = SampleAssembler(TrackioSettings(), grace_seconds=0.0)
+    assembler = SampleAssembler(TrackioSettings(), grace=GracePolicy(explicit=0.0))
     out = [*assembler.add([root(1)]), *assembler.add([root(2)]), *assembler.add([root(1)])]
     out += assembler.flush()
     assert sorted(s.identity.sample_index for s in out) == [1, 2]

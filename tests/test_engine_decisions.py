@@ -17,7 +17,7 @@ def test_an_explicit_grace_period_below_the_log_default_is_kept_by_a_lone_log_ex
     logs = TrackioLogExporter(project=project, name="alone", sample_grace_seconds=0.5)
     try:
         pipeline = logs._target()
-        assert pipeline.assembler.grace_seconds == 0.5  # was max(0.5, 2.0)
+        assert pipeline.grace.seconds == 0.5  # was max(0.5, 2.0)
     finally:
         logs.shutdown()
 

@@ -289,7 +289,7 @@ def test_shutdown_logs_an_open_sample_as_partial(project):
 def test_open_sample_keeps_its_identity_when_its_root_was_registered(project):
     from opentelemetry import trace as otel_trace
 
-    from otel_trackio import register_open_sample, unregister_open_sample
+    from otel_trackio._engine.open_samples import register_open_sample, unregister_open_sample
 
     exporter = TrackioSpanExporter(project=project, name="r")
     provider = _provider(exporter)

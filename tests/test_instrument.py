@@ -22,11 +22,11 @@ from opentelemetry.trace import StatusCode
 from otel_trackio import (
     StepSampler,
     TrackioSpanExporter,
-    lookup_open_sample,
     rollout,
     traced,
 )
 from otel_trackio._core.values import json_safe
+from otel_trackio._engine.open_samples import lookup_open_sample
 from otel_trackio.instrument import MAX_STRING_CHARS
 
 

@@ -19,8 +19,9 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from test_exporter import _chat_attributes
 from trackio.sqlite_storage import SQLiteStorage
 
-from otel_trackio import TrackioSpanExporter, register_open_sample, rollout, unregister_open_sample
+from otel_trackio import TrackioSpanExporter, rollout
 from otel_trackio._core.convert import HEADER_VALUE_CHARS
+from otel_trackio._engine.open_samples import register_open_sample, unregister_open_sample
 
 
 def _exporter_and_tracer(project: str):

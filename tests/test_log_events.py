@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 from otel_trackio import TrackioLogExporter, TrackioSpanExporter
 from otel_trackio._core.assembly import PLACEHOLDER_ATTRIBUTE, PLACEHOLDER_NAME
-from otel_trackio._engine.grace import LOG_GRACE_SECONDS
+from otel_trackio._core.assembly.grace import LOG_GRACE_SECONDS
 
 # The in-process engine, by name: GenAI log events joining samples in this process's
 # pipeline (offloaded: test_spool.py).
@@ -89,7 +89,7 @@ def test_events_later_than_the_grace_period_are_a_continuation_of_their_sample(p
 
 def test_events_within_the_grace_period_join_their_held_sample(project):
     setup = Setup(project)  # no grace period set: a log exporter makes it LOG_GRACE_SECONDS
-    assert setup.spans._pipeline.assembler.grace_seconds == LOG_GRACE_SECONDS
+    assert setup.spans._pipeline.grace.seconds == LOG_GRACE_SECONDS
     with setup.tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": 0}):
         with setup.tracer.start_as_current_span("chat m", attributes=CHAT):
             setup.say("be brief", "system")
@@ -289,7 +289,7 @@ def test_a_log_exporter_finds_the_span_exporter_of_its_run_or_logs_alone(project
 @pytest.mark.parametrize("grace", [0.0, 1.5])
 def test_an_explicit_grace_period_wins(project, grace):
     setup = Setup(project, sample_grace_seconds=grace)
-    assert setup.spans._pipeline.assembler.grace_seconds == grace
+    assert setup.spans._pipeline.grace.seconds == grace
     setup.close()
 
 

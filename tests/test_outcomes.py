@@ -18,11 +18,10 @@ from otel_trackio import (
     TrackioSettings,
     TrackioSpanExporter,
     TrackioSpanProcessor,
-    register_open_sample,
     rollout,
-    unregister_open_sample,
 )
 from otel_trackio._core.outcomes import ANSWER_CHARS, StepTables, outcome_row
+from otel_trackio._engine.open_samples import register_open_sample, unregister_open_sample
 from otel_trackio.settings import TrackioConfigError
 
 COLUMNS = [
@@ -181,9 +180,7 @@ def test_rows_are_plain_and_tables_forget_old_steps():
     assert tables.take_all() == [(0, [{"sample_index": "late"}]), (4, [{"sample_index": 4}])]
 
 
-def test_rollouts_without_a_sample_index_are_one_sample_said_and_no_score_is_picked(
-    project, capfd
-):
+def test_rollouts_without_a_sample_index_are_one_sample_said_and_no_score_is_picked(project, capfd):
     """Four rollouts with rewards 0, 1, 0, 1 under one step-level span and no ``sample_index``
     (as a new user may write it): one Trace, as documented, but its header lists the rewards
     rather than showing whichever ended last, and the user is told how to make four."""

@@ -26,12 +26,12 @@ import pytest
 from conftest import wait_until
 from trackio.sqlite_storage import SQLiteStorage
 
-from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
-from otel_trackio._engine.grace import (
+from otel_trackio._core.assembly.grace import (
     LOG_GRACE_SECONDS,
     RECEIVER_GRACE_SECONDS,
     GracePolicy,
 )
+from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
 from otel_trackio._engine.sink import TrackioSink
@@ -163,16 +163,14 @@ def test_a_completed_sample_is_logged_only_after_its_grace_period(project, pipel
     assert pipeline.assembler.held_samples == 0
 
 
-# -- the receiver's quick phase (see otel_trackio._engine.grace) ---------------------------------
-
-RECEIVER = GracePolicy(receiver=True)  # the OTLP receiver's default
+# -- the receiver's quick phase (see otel_trackio._core.assembly.grace) -----------------------
 
 
 def test_in_the_receivers_quick_phase_a_sample_goes_out_once_what_came_with_it_is_in(
     project, pipeline_of
 ):
     clock = Clock()  # moved by hand, never past a grace period
-    pipeline = pipeline_of(clock=clock, policy=RECEIVER)
+    pipeline = pipeline_of(clock=clock, policy=GracePolicy(receiver=True))  # the receiver's default
     began = clock.now - 0.1  # a request begun before the sample completed
     assert pipeline.add(_sample(1, 0, trace_id=1))
     assert pipeline.settling and pipeline.assembler.held_samples == 1
@@ -196,14 +194,14 @@ def test_in_the_receivers_quick_phase_a_sample_goes_out_once_what_came_with_it_i
 
 def test_a_span_joining_a_held_sample_ends_the_quick_phase(project, pipeline_of):
     clock = Clock()
-    pipeline = pipeline_of(clock=clock, policy=RECEIVER)
+    pipeline = pipeline_of(clock=clock, policy=GracePolicy(receiver=True))  # the receiver's default
     child, root = _sample(1, 0, trace_id=1)
     assert pipeline.add([child, root])
     # A span of the sample after its root (a request the receiver was still taking, from
     # another process or the same one): it joins, and the run's spans have shown they trail.
     joining = SpanRecord(1, root.span_id + 2, "chat", 2, 8, parent_id=root.span_id)
     assert pipeline.add([joining])
-    assert pipeline.assembler.trailing_seen
+    assert pipeline.grace.trailing_seen
     clock.now += 0.01
     assert pipeline.settle(clock.now)
     assert not _stored(project)  # held for the grace period now
@@ -217,7 +215,7 @@ def test_log_events_hold_the_receivers_samples_and_a_late_one_ends_the_quick_pha
     project, pipeline_of
 ):
     clock = Clock()
-    pipeline = pipeline_of(clock=clock, policy=RECEIVER)
+    pipeline = pipeline_of(clock=clock, policy=GracePolicy(receiver=True))  # the receiver's default
     child, root = _sample(1, 0, trace_id=1)
     assert pipeline.add([child, root])
     clock.now += 0.01
@@ -227,7 +225,7 @@ def test_log_events_hold_the_receivers_samples_and_a_late_one_ends_the_quick_pha
     # and they have shown they can trail a sample.
     event = LogEventRecord(1, child.span_id, EventRecord("gen_ai.user.message", 5, from_log=True))
     assert pipeline.add_events([event])
-    assert pipeline.log_events and pipeline.assembler.trailing_seen
+    assert pipeline.log_events and pipeline.grace.trailing_seen
     assert _counts(project) == Counter({(1, 0): 2})
     assert pipeline.add(_sample(1, 1, trace_id=2))
     completed = clock.now
@@ -246,7 +244,7 @@ def test_log_events_arriving_first_hold_the_receivers_samples_for_the_log_grace(
     project, pipeline_of
 ):
     clock = Clock()
-    pipeline = pipeline_of(clock=clock, policy=RECEIVER)
+    pipeline = pipeline_of(clock=clock, policy=GracePolicy(receiver=True))  # the receiver's default
     child, root = _sample(1, 0, trace_id=1)
     event = LogEventRecord(1, child.span_id, EventRecord("gen_ai.user.message", 5, from_log=True))
     assert pipeline.add_events([event])  # before its span: it waits for it
@@ -258,7 +256,7 @@ def test_log_events_arriving_first_hold_the_receivers_samples_for_the_log_grace(
     assert pipeline.expire()
     [trace] = _stored(project)
     assert not trace["metadata"].get("partial")
-    assert not pipeline.assembler.trailing_seen  # events before their span trail nothing
+    assert not pipeline.grace.trailing_seen  # events before their span trail nothing
 
 
 def test_the_timer_logs_held_samples_when_no_more_data_comes(project, pipeline_of):
@@ -354,7 +352,7 @@ def test_the_engine_builds_one_pipeline_over_its_sink_with_the_paths_grace(proje
     engine = build_run_engine(settings, transport="receiver")
     try:
         assert engine.spans.sink is engine.sink
-        assert engine.grace.seconds() == RECEIVER_GRACE_SECONDS
+        assert engine.grace.seconds == RECEIVER_GRACE_SECONDS
         assert engine.spans.add(_sample(1, 0, trace_id=1))
         assert not _stored(project)  # held for the receiver's grace period
     finally:

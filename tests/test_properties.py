@@ -47,6 +47,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_trackio import TrackioSettings, TrackioSpanExporter
 from otel_trackio._core.assembly import PLACEHOLDER_ATTRIBUTE, SampleAssembler
+from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio._core.assembly.memory import sent_again
 from otel_trackio._core.convert import sample_to_trace
 from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
@@ -581,7 +582,9 @@ def test_with_time_passing_idle_traces_go_out_and_the_counters_agree(data, spans
     rnd = data.draw(st.randoms(use_true_random=False))
     rnd.shuffle(items)
     assembler = SampleAssembler(
-        TrackioSettings(sample_ttl_seconds=1.0), grace_seconds=grace, clock=lambda: now[0]
+        TrackioSettings(sample_ttl_seconds=1.0),
+        grace=GracePolicy(explicit=grace),
+        clock=lambda: now[0],
     )
     samples = []
     try:
@@ -609,7 +612,9 @@ def test_log_events_in_any_order_come_out_once_with_a_tiny_buffer(data, spans, m
     events = data.draw(log_events(spans))
     items: list = [*spans, *events]
     data.draw(st.randoms(use_true_random=False)).shuffle(items)
-    assembler = SampleAssembler(TrackioSettings(max_buffered_spans=max_spans), grace_seconds=grace)
+    assembler = SampleAssembler(
+        TrackioSettings(max_buffered_spans=max_spans), grace=GracePolicy(explicit=grace)
+    )
     samples = []
     try:
         batch: list = []

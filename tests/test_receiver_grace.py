@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import set_span_in_context
 
-from otel_trackio._engine import grace
+from otel_trackio._core.assembly import grace
 
 WAIT = 60.0  # seconds: the most a state may take to show with the CPU busy
 
@@ -165,7 +165,7 @@ def test_a_request_still_coming_in_holds_completed_samples_back(
         slow.sendall(body[len(body) // 2 :])
         assert slow.recv(4096).startswith(b"HTTP/1.1 200")
     exporter.shutdown()
-    wait_until(lambda: receiver.router.default.spans.assembler.trailing_seen, "the join")
+    wait_until(lambda: receiver.router.default.spans.grace.trailing_seen, "the join")
     receiver.stop()  # the held samples go out whole
     rows = _rows(project)
     assert sorted(rows) == [0, 1]

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from conftest import read_traces, root_span_id, trace_usage
+from conftest import read_traces, root_span_id, trace_usage, wait_until
 from opentelemetry import trace as otel_trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
@@ -31,6 +31,7 @@ from otel_trackio import (
 )
 from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._core.assembly import SampleAssembler
+from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio.receiver import OTLPReceiver
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
@@ -92,10 +93,10 @@ def test_receiver_children_after_their_root_join_it_within_the_grace_period(proj
         # (the known gap) — or join it, when their request began before it went out — and show
         # that this run's spans trail their root.
         _post_root_first(receiver.url, first, requests_in_parallel=1)
-        deadline = time.monotonic() + 60
-        while not receiver.router.default.spans.assembler.trailing_seen:
-            assert time.monotonic() < deadline, "the late children were not seen"
-            time.sleep(0.02)
+        wait_until(
+            lambda: receiver.router.default.spans.grace.trailing_seen,
+            what="the late children seen",
+        )
         # From then on every sample waits for the grace period: children after their root join.
         _post_root_first(receiver.url, spans[:-4], requests_in_parallel=24)
     finally:
@@ -141,9 +142,7 @@ def test_without_a_grace_period_late_children_are_continuations_findable_by_root
     assert len(first_rows) == 12
     for first in first_rows:
         root_id = root_span_id(first)
-        rest = [
-            t for t in traces if t is not first and root_span_id(t) == root_id
-        ]
+        rest = [t for t in traces if t is not first and root_span_id(t) == root_id]
         assert rest and all(t["metadata"]["partial_reason"] == "late" for t in rest)
         assert len(first["spans"]) + sum(len(t["spans"]) for t in rest) == 4
 
@@ -203,7 +202,9 @@ def test_force_flush_logs_held_samples_at_once_whole(project, tracer_provider):
 
 
 def test_held_samples_count_against_the_span_buffer():
-    assembler = SampleAssembler(TrackioSettings(max_buffered_spans=5), grace_seconds=60)
+    assembler = SampleAssembler(
+        TrackioSettings(max_buffered_spans=5), grace=GracePolicy(explicit=60)
+    )
     records = [record_from_readable_span(s) for s in _sample_spans(3, children=1)]
     out = assembler.add(records)  # 6 spans, all complete but held: over the bound of 5
     assert assembler.buffered_spans <= 5
@@ -320,10 +321,10 @@ def test_official_exporter_across_processes_gives_whole_samples(project, grace, 
             # samples show it (the first ones may come out split: the known gap), then every
             # sample waits for the grace period.
             _run_workers(receiver.url, workers=1, samples=2, first=12)  # samples 24 and 25
-            deadline = time.monotonic() + 60
-            while not receiver.router.default.spans.assembler.trailing_seen:
-                assert time.monotonic() < deadline, "the run did not show two processes"
-                time.sleep(0.02)
+            wait_until(
+                lambda: receiver.router.default.spans.grace.trailing_seen,
+                what="the run showing two processes",
+            )
         _run_workers(receiver.url, workers=3, samples=8)
     finally:
         receiver.stop()

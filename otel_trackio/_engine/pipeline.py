@@ -24,13 +24,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from otel_trackio._core.assembly import SampleAssembler
+from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, Sample, StepMemory
 from otel_trackio._engine.batches import Converter, by_step
 from otel_trackio._engine.expiry import ExpiryTimer
 from otel_trackio._engine.gate import Gate
-from otel_trackio._engine.grace import GracePolicy
-from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.outcome_tables import OutcomeTables
 from otel_trackio._engine.sink import TrackioSink
 from otel_trackio._engine.stats import ExportStats
@@ -61,7 +60,7 @@ class TracePipeline:
         sink: the Trackio run to log into.
         grace: how long a completed sample waits for spans (and log events) arriving after its
             root (default: the in-process policy of ``settings``, see
-            :class:`~otel_trackio._engine.grace.GracePolicy`).
+            :class:`~otel_trackio._core.assembly.grace.GracePolicy`, this run's own).
         open_samples: where the identity of sample roots still open is looked up at a flush.
         open_spans: where the spans still open of a trace logged at the TTL are read.
         steps: where the latest step is read and noted (default: the assembler's own).
@@ -76,7 +75,7 @@ class TracePipeline:
         sink: TrackioSink,
         *,
         grace: GracePolicy | None = None,
-        open_samples: OpenSampleLookup | None = OPEN_SAMPLES,
+        open_samples: OpenSampleLookup | None = None,
         open_spans: OpenSpanSource | None = None,
         steps: StepMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -86,12 +85,9 @@ class TracePipeline:
         self._beside_rollout = beside_rollout  # the rollout runs in this process (in process)
         self.sink = sink
         self.grace = grace if grace is not None else GracePolicy.of(settings)
-        # GenAI log events feed this pipeline (see expect_log_events).
-        self.log_events = False
         self.assembler = SampleAssembler(
             settings,
-            grace_seconds=self.grace.seconds(),
-            quick_grace_seconds=self.grace.quick_seconds(),
+            grace=self.grace,
             open_samples=open_samples,
             open_spans=open_spans,
             steps=steps,
@@ -188,9 +184,7 @@ class TracePipeline:
 
     def _expect_log_events(self) -> None:
         """:meth:`expect_log_events`, lock held."""
-        self.log_events = True
-        self.assembler.grace_seconds = self.grace.seconds(log_events=True)
-        self.assembler.quick_grace_seconds = self.grace.quick_seconds(log_events=True)
+        self.grace.feed_log_events()
 
     def _take(
         self,
@@ -374,14 +368,15 @@ class TracePipeline:
             self._unlock()
 
     @property
+    def log_events(self) -> bool:
+        """GenAI log events feed this pipeline (see :meth:`expect_log_events`)."""
+        return self.grace.log_events
+
+    @property
     def settling(self) -> bool:
         """True when :meth:`settle` may release something: samples held in the quick phase of
         the receiver's grace. A few plain reads (the caller is the one adding spans)."""
-        return (
-            not self._closed
-            and self.grace.settles(log_events=self.log_events)
-            and self.assembler.settles
-        )
+        return not self._closed and self.assembler.settles
 
     def settle(self, received: float) -> bool:
         """The OTLP receiver's word: every request begun before ``received`` (monotonic, this

@@ -14,15 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, OwnSteps, StepMemory
-from otel_trackio._engine.grace import GracePolicy
 from otel_trackio._engine.metrics import MetricPath
-from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
+from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.sink import RunLike, TrackioSink, open_run_by_name
 from otel_trackio._engine.stats import ExportStats
-from otel_trackio._engine.steps import PROCESS_STEPS
 from otel_trackio.settings import TrackioSettings
 
 if TYPE_CHECKING:
@@ -46,7 +45,6 @@ class RunEngine:
     """
 
     settings: TrackioSettings
-    transport: Transport
     sink: TrackioSink
     spans: TracePipeline
     metrics: MetricPath | None = None
@@ -109,6 +107,7 @@ def build_run_engine(
     init_kwargs: Mapping[str, Any] | None = None,
     open_samples: OpenSampleLookup | None = None,
     open_spans: OpenSpanSource | None = None,
+    steps: StepMemory | None = None,
     log_events: bool = False,
     decode_metrics: MetricDecoder | None = None,
 ) -> RunEngine:
@@ -121,10 +120,14 @@ def build_run_engine(
         sink: a run already held (the engine releases it at shutdown).
         init_kwargs: ``trackio.init`` keywords (default: ``settings.init_kwargs``).
         open_samples: where open sample roots are looked up at a flush (in process: the
-            process's registry; offload writer: the roots its spool carries; receiver: none
-            known, OTLP carries ended spans only).
+            process's registry; offload writer: the roots its spool carries; default: none
+            known, as in the receiver: OTLP carries ended spans only).
         open_spans: where the spans still open of a trace logged at the TTL are read (in
             process: the exporter's tracked open spans; elsewhere none are known).
+        steps: the run's latest step, read by a sample without a step and by the metric path
+            (in process: the process's, which ``set_step`` sets; default: the run's own, as
+            data of other processes needs). Process-wide state is handed in, never imported
+            (:mod:`otel_trackio._wiring` does it for the rollout process).
         log_events: GenAI log events feed the pipeline from the start (a lone log exporter).
         decode_metrics: with it, the engine has a metric path (a
             :class:`~otel_trackio._engine.metrics.MetricPath` on the same run) fed by
@@ -134,10 +137,9 @@ def build_run_engine(
         kwargs = dict(settings.init_kwargs if init_kwargs is None else init_kwargs)
         sink = TrackioSink(settings.project, settings.name, run=run, init_kwargs=kwargs)
     if open_samples is None:
-        open_samples = OPEN_SAMPLES if transport == "process" else OpenSampleRegistry()
-    # The process's latest step (set_step reaches it) in process; another process's data keeps
-    # a latest step of its run's own.
-    steps: StepMemory = PROCESS_STEPS if transport == "process" else OwnSteps()
+        open_samples = OpenSampleRegistry()
+    if steps is None:
+        steps = OwnSteps()
     grace = GracePolicy.of(settings, receiver=transport == "receiver")
     pipeline = TracePipeline(
         settings,
@@ -158,4 +160,4 @@ def build_run_engine(
         except BaseException:
             pipeline.close()
             raise
-    return RunEngine(settings, transport, sink, pipeline, metrics, decode_metrics)
+    return RunEngine(settings, sink, pipeline, metrics, decode_metrics)

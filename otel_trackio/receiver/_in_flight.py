@@ -3,8 +3,8 @@
 While one is, its data may not be in the spool yet. Every request begun before the oldest one
 still being taken is in the spool; once the drain has handed the spool over, it is in the
 pipelines, and a sample that completed before then is as whole as its client sent it: in the
-quick phase of the receiver's grace (see :mod:`otel_trackio._engine.grace`) it goes out at once
-instead of waiting out a timer.
+quick phase of the receiver's grace (see :mod:`otel_trackio._core.assembly.grace`) it goes out
+at once instead of waiting out a timer.
 """
 
 from __future__ import annotations

@@ -4,13 +4,14 @@ their grace period (remote parents adopting their children), eviction past the T
 A *sample* is the subtree under the outermost span that carries the sample attribute
 (``sample_index`` by default). A trace with no such span is one sample rooted at its local root.
 Spans arrive children-first and across many export calls, so they wait here, grouped by trace id,
-until their sample's root arrives. A completed sample is then *held* for ``grace_seconds`` (0 in
-process, where children always come first) so that spans of it arriving just after their root —
+until their sample's root arrives. A completed sample is then *held* for as long as the run's
+:class:`~otel_trackio._core.assembly.grace.GracePolicy` says (0 in process, where children always
+come first) so that spans of it arriving just after their root —
 batches sent concurrently over the network, a Collector reordering them — still join it; and a
 sample whose step lives on an ancestor that has not ended yet waits for that ancestor. With a
 *quick phase* (the OTLP receiver's default) a completed sample goes out as soon as its caller says
 everything sent with it has arrived (:meth:`SampleAssembler.settle`), until the run's data shows
-it can trail a sample's root (see ``quick_grace_seconds``).
+it can trail a sample's root (the policy's quick phase).
 
 Nothing is lost:
 
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_trackio._core.assembly.events import attach_events, placeholder
+from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio._core.assembly.identity import Identifier
 from otel_trackio._core.assembly.memory import EmittedSamples, sent_again
 from otel_trackio._core.conventions.mlflow import normalize_attributes
@@ -102,14 +104,13 @@ class SampleAssembler:
 
     Args:
         settings: attribute names, ``sample_ttl_seconds``, ``max_buffered_spans``.
-        grace_seconds: how long a completed sample waits for spans arriving after its root.
-        quick_grace_seconds: with it, a *quick phase*: completed samples wait at most this
-            long (or until :meth:`settle`: everything sent with them has arrived) until the run
-            has shown that its data can trail a sample's root — one sample's spans from several
-            processes (resources, or a remote parent inside the sample), a span joining a held
-            sample, a span or log event arriving after its sample went out; from then on,
-            and for the samples held at that moment, ``grace_seconds`` (see
-            :meth:`saw_trailing_spans`). None: always ``grace_seconds``.
+        grace: the run's grace rule (default: ``settings``' on the in-process path), asked how
+            long a completed sample waits for spans arriving after its root. In its *quick
+            phase* (the receiver's default) completed samples also go out at :meth:`settle`
+            (everything sent with them has arrived), until the run shows that its data can
+            trail a sample's root — one sample's spans from several processes (resources, or a
+            remote parent inside the sample), a span joining a held sample, a span or log event
+            arriving after its sample went out (see :meth:`saw_trailing_spans`).
         open_samples: where roots still open at a flush are looked up (None: nowhere).
         open_spans: where the spans still open of a trace logged at the TTL are read (None:
             nowhere; in process, the exporter's tracked open spans).
@@ -123,8 +124,7 @@ class SampleAssembler:
         self,
         settings: TrackioSettings | None = None,
         *,
-        grace_seconds: float = 0.0,
-        quick_grace_seconds: float | None = None,
+        grace: GracePolicy | None = None,
         open_samples: OpenSampleLookup | None = None,
         open_spans: OpenSpanSource | None = None,
         remembered_spans: int = 50_000,
@@ -136,10 +136,7 @@ class SampleAssembler:
         self.sample_attribute = settings.sample_attribute
         self.ttl_seconds = settings.sample_ttl_seconds
         self.max_spans = settings.max_buffered_spans
-        self.grace_seconds = max(0.0, grace_seconds)
-        self.quick_grace_seconds = quick_grace_seconds
-        # Spans of this run have trailed their sample's root (see quick_grace_seconds).
-        self.trailing_seen = False
+        self.grace = grace if grace is not None else GracePolicy.of(settings)
         self._open_samples = open_samples
         self._open_spans = open_spans
         self._clock = clock
@@ -453,9 +450,11 @@ class SampleAssembler:
         waits = not root.is_local_root and not any(
             self.step_attribute in s.attributes for s in spans
         )
-        if self._quick_for_now() and _shows_other_processes(root, spans, is_tagged):
+        if self.grace.quick and _shows_other_processes(root, spans, is_tagged):
             self.saw_trailing_spans()  # the other process's spans may still be on their way
-        held = _Held(root.trace_id, root, spans, now + self.hold_seconds, waits, completed=now)
+        held = _Held(
+            root.trace_id, root, spans, now + self.grace.hold_seconds, waits, completed=now
+        )
         trace.held[root.span_id] = held
         for span in spans:
             trace.held_spans[span.span_id] = held
@@ -489,21 +488,10 @@ class SampleAssembler:
             trace.held_spans[span.span_id] = held
 
     @property
-    def hold_seconds(self) -> float:
-        """How long a sample completing now is held: the quick grace until spans of the run
-        have trailed their root, then the grace period."""
-        if not self._quick_for_now():
-            return self.grace_seconds
-        return min(max(0.0, self.quick_grace_seconds or 0.0), self.grace_seconds)
-
-    def _quick_for_now(self) -> bool:
-        return self.quick_grace_seconds is not None and not self.trailing_seen
-
-    @property
     def settles(self) -> bool:
         """True when :meth:`settle` may release something: samples are held in the quick phase.
         A few plain reads, so a caller may peek without serialising."""
-        return bool(self._held) and self._quick_for_now()
+        return bool(self._held) and self.grace.settles
 
     def settle(self, before: float) -> list[Sample]:
         """Everything sent with the samples that completed before ``before`` (clock time) has
@@ -511,7 +499,7 @@ class SampleAssembler:
         phase they go out now, those waiting for their ancestor's step excepted. Spans of
         another process can still trail them — that is what the quick phase gambles on, and
         the first one that does ends it."""
-        if not self._quick_for_now():
+        if not self.grace.settles:
             return []
         out: list[Sample] = []
         for key, held in list(self._held.items()):  # in completion order
@@ -525,11 +513,11 @@ class SampleAssembler:
     def saw_trailing_spans(self) -> None:
         """Spans (or GenAI log events) of this run can trail their sample's root: from now on
         every sample is held for the whole grace period, those held at this moment included."""
-        if not self._quick_for_now():
+        if not self.grace.saw_trailing():
             return
-        self.trailing_seen = True
+        seconds = self.grace.seconds
         for held in self._held.values():  # completion order, so still ordered by due time
-            held.due = max(held.due, held.completed + self.grace_seconds)
+            held.due = max(held.due, held.completed + seconds)
 
     def _give_step_to_waiting(self, trace: _OpenTrace, ancestors: list[SpanRecord]) -> None:
         """Held samples waiting for a step get the step of their nearest ancestor that has one."""

@@ -1,10 +1,14 @@
-"""The grace policy: how long a completed sample waits for spans and log events after its root.
+"""The grace rule: how long a completed sample waits for spans and log events after its root.
 
-Decided here only. An explicit ``sample_grace_seconds`` always wins; without it the default
-depends on the path: 0 in process (one process's ``BatchSpanProcessor`` delivers a sample's
-children before its root), :data:`LOG_GRACE_SECONDS` once GenAI log events feed the pipeline,
-and in the OTLP receiver a *quick phase* until the run shows its data trailing a sample's root,
-:data:`RECEIVER_GRACE_SECONDS` from then on.
+Decided here only, by one :class:`GracePolicy` per run: the assembler asks it how long to hold
+a sample and tells it when the run shows data trailing a root; the pipeline tells it when GenAI
+log events start feeding the run; the receiver's drain only drives settling.
+
+An explicit ``sample_grace_seconds`` always wins; without it the default depends on the path: 0 in
+process (one process's ``BatchSpanProcessor`` delivers a sample's children before its root),
+:data:`LOG_GRACE_SECONDS` once GenAI log events feed the pipeline, and in the OTLP receiver a *quick
+phase* until the run shows its data trailing a sample's root, :data:`RECEIVER_GRACE_SECONDS` from
+then on.
 
 The receiver's rule. One process's SDK exporter delivers a sample's spans children
 first (they end first, and its ``BatchSpanProcessor`` sends in order), so in the quick phase a
@@ -34,7 +38,7 @@ rows (the trailing part a ``late`` continuation with the sample's identity);
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from otel_trackio.settings import TrackioSettings
 
@@ -51,9 +55,9 @@ delay (1 s by default) later, while the ``BatchSpanProcessor`` may export the sp
 at once (a full batch, a flush)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GracePolicy:
-    """The grace period of one run's pipeline.
+    """The grace rule of one run, and the phase the run is in.
 
     Args:
         explicit: ``sample_grace_seconds`` when set (it always wins), else None.
@@ -62,32 +66,55 @@ class GracePolicy:
 
     explicit: float | None = None
     receiver: bool = False
+    log_events: bool = field(default=False, init=False)
+    """GenAI log events feed the run (they come through another processor, on its schedule)."""
+    trailing_seen: bool = field(default=False, init=False)
+    """The run showed data trailing a sample's root: the quick phase is over."""
 
     @classmethod
     def of(cls, settings: TrackioSettings, *, receiver: bool = False) -> GracePolicy:
         """The policy of ``settings`` on the in-process/offload path or the receiver's."""
         return cls(settings.sample_grace_seconds, receiver)
 
-    def seconds(self, *, log_events: bool = False) -> float:
-        """The grace period; ``log_events``: GenAI log events feed the pipeline too."""
+    @property
+    def seconds(self) -> float:
+        """The full grace period of this run."""
         if self.explicit is not None:
             return max(0.0, self.explicit)
         base = RECEIVER_GRACE_SECONDS if self.receiver else 0.0
-        return max(base, LOG_GRACE_SECONDS) if log_events else base
+        return max(base, LOG_GRACE_SECONDS) if self.log_events else base
 
-    def quick_seconds(self, *, log_events: bool = False) -> float | None:
-        """The longest a completed sample waits until the run shows its data trailing a
-        sample's root (None: no such phase, :meth:`seconds` from the start; the receiver's
-        default only): :data:`LOG_GRACE_SECONDS` once GenAI log events feed the run, else the
-        grace period, which settling (:meth:`settles`) cuts short."""
-        if self.explicit is not None or not self.receiver:
-            return None
-        return LOG_GRACE_SECONDS if log_events else RECEIVER_GRACE_SECONDS
+    @property
+    def quick(self) -> bool:
+        """Whether the run is in the quick phase (the receiver's default only, until the run
+        shows its data trailing a sample's root)."""
+        return self.explicit is None and self.receiver and not self.trailing_seen
 
-    def settles(self, *, log_events: bool = False) -> bool:
+    @property
+    def hold_seconds(self) -> float:
+        """How long a sample completing now is held: in the quick phase at most
+        :data:`LOG_GRACE_SECONDS` once GenAI log events feed the run, else the grace period
+        (which settling cuts short); afterwards the grace period."""
+        if self.quick and self.log_events:
+            return min(LOG_GRACE_SECONDS, self.seconds)
+        return self.seconds
+
+    @property
+    def settles(self) -> bool:
         """Whether a sample in the quick phase goes out once the receiver has handed over every
         request begun before it completed (:meth:`TracePipeline.settle`) rather than after
-        :meth:`quick_seconds`: the receiver's default, until GenAI log events feed the run
-        (they come through another processor on its own schedule, so a receiver holding every
-        span sent may not hold their events yet)."""
-        return self.quick_seconds() is not None and not log_events
+        :attr:`hold_seconds`: the receiver's default, until GenAI log events feed the run (a
+        receiver holding every span sent may not hold their events yet)."""
+        return self.quick and not self.log_events
+
+    def feed_log_events(self) -> None:
+        """GenAI log events feed the run from now on."""
+        self.log_events = True
+
+    def saw_trailing(self) -> bool:
+        """The run showed data trailing a sample's root; True when that ended the quick phase
+        (the assembler then holds every held sample for the full :attr:`seconds`)."""
+        if not self.quick:
+            return False
+        self.trailing_seen = True
+        return True
