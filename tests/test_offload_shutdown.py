@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -75,8 +76,11 @@ def test_shutdown_with_the_writer_stopped_stores_everything_at_this_process_prio
 
 def test_a_starved_writer_hands_over_at_shutdown(project, capfd, monkeypatch):
     """A writer at the lowest priority on a machine whose CPUs are all taken: its share is a
-    sliver, so the exiting process stores the rest at its own priority."""
+    sliver, so the exiting process stores the rest at its own priority. (Where the kernel lets
+    shutdown give the writer a normal share back, it does first: here it cannot, as on a kernel
+    without autogroups.)"""
     monkeypatch.setattr(client, "HANDOVER_BYTES", 0)  # this tail is short: hand it over anyway
+    monkeypatch.setattr(client, "give_normal_share", lambda pid: False)
     provider, exporter = _provider(project, "starved")
     writer = exporter.offloaded.writer_pid
     _emit(provider, steps=2, samples=60)
@@ -216,6 +220,33 @@ def _autogroup_nice(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/autogroup").read_text().split("nice")[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def test_shutdown_gives_the_writer_a_normal_share_at_once(project):
+    """The rollout is over when shutdown begins: the writer, at the lowest priority until then,
+    gets a normal CPU share back before anything else (a sliver of a busy machine would take
+    minutes over the last steps), and no lag check of its own takes it back."""
+    provider, exporter = _provider(project, "finishing")
+    writer = exporter.offloaded.writer_pid
+    if _autogroup_nice(writer) != 19:
+        provider.shutdown()
+        pytest.skip("no autogroup scheduling on this kernel")
+    os.kill(writer, signal.SIGSTOP)  # a backlog the writer is still storing when shutdown begins
+    try:
+        _emit(provider, steps=10, samples=200)
+        provider.force_flush()
+    finally:
+        os.kill(writer, signal.SIGCONT)
+    seen: list[int | None] = []
+    shutting_down = threading.Thread(target=provider.shutdown)
+    shutting_down.start()
+    while shutting_down.is_alive() and 0 not in seen:
+        seen.append(_autogroup_nice(writer))
+        time.sleep(0.005)
+    shutting_down.join()
+    assert 0 in seen, seen[-5:]
+    keys = _keys(read_traces(project, "finishing"))
+    assert keys == [(s, i) for s in range(10) for i in range(200)]
 
 
 def test_a_writer_behind_its_lag_bound_takes_a_normal_share_until_it_caught_up(project, capfd):

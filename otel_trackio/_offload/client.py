@@ -48,9 +48,11 @@ from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import latest_step
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._offload.open_span_report import OpenSpanReporter
+from otel_trackio._offload.priority import give_normal_share
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
     FINISH_FLAG,
+    FINISHING_FILE,
     OPEN_FAILED,
     OpenedReport,
     WriterConfig,
@@ -463,6 +465,15 @@ class OffloadClient:
         if drained:  # all in Trackio: no spool (nor empty run folders) left behind
             remove_spool(self.path, spool_root(self.settings))
 
+    def _give_writer_normal_share(self) -> bool:
+        """The rollout is over: the writer, at the lowest priority so far, takes a normal CPU
+        share until it has stored everything (a busy machine would leave it a sliver). True
+        when it has one: a writer started now would get no more."""
+        with contextlib.suppress(OSError):
+            write_atomically(self.path / FINISHING_FILE, b"")
+        pid = self.writer_pid
+        return pid is not None and (self._finishing or give_normal_share(pid))
+
     def _finish(
         self, flush_number: int, timeout_seconds: float | None, close: list[tuple[int, bytes]]
     ) -> bool:
@@ -471,6 +482,9 @@ class OffloadClient:
         that does not keep up. False when the wait ended first, or the spool cannot be written
         (see :meth:`shutdown`)."""
         closing: list[tuple[int, bytes]] | None = close
+        # A writer with a normal share that is slow only because the machine is busy is kept:
+        # one started in its place would share the CPU no better, and start from scratch.
+        normal_share = self._give_writer_normal_share()
         started = time.monotonic()
         deadline = None if timeout_seconds is None else started + max(0.0, timeout_seconds)
         watch = WriterWatch(self.writer_pid, self._progress())
@@ -505,8 +519,9 @@ class OffloadClient:
             elif not self._finishing:
                 served = progress[1] if progress else 0  # the last flush the writer served
                 why = watch.look(progress, served < flush_number)
-                if why is not None and watch.only_slow and self.backlog() < HANDOVER_BYTES:
-                    why = None  # a short tail: the writer finishes it sooner than a new one
+                if why is not None and watch.only_slow:
+                    if normal_share or self.backlog() < HANDOVER_BYTES:
+                        why = None  # it finishes sooner than a new one would
             if why is not None:
                 if finishers >= MAX_FINISHERS:
                     return False

@@ -53,6 +53,21 @@ def set_autogroup_nice(nice: int) -> bool:
     return True
 
 
+def give_normal_share(pid: int) -> bool:
+    """Give the writer process ``pid`` a normal CPU share again: its autogroup's nice back to
+    :data:`CATCHING_UP` (a process may do that for another process of its user; only a nice
+    below 0 takes privilege). For ``shutdown()``: the rollout is over, and a writer left at the
+    lowest priority on a busy machine would take minutes over the last steps. Only when ``pid``
+    leads its own session (its autogroup is its own). False when it cannot."""
+    try:
+        if os.getsid(pid) != pid:
+            return False
+        Path(f"/proc/{pid}/autogroup").write_text(f"{CATCHING_UP}\n")
+    except OSError:
+        return False
+    return True
+
+
 def deprioritise() -> None:
     """Take the lowest CPU priority: ``nice`` 19, and the same for this process's autogroup.
 
@@ -76,6 +91,8 @@ class CatchUp:
             writer may fall at the lowest priority.
         behind: the drain's lag now, in seconds (None: nothing waits).
         check_seconds: how often the lag is looked at, at most.
+        finishing: whether the rollout process is shutting down (it then gave the writer a
+            normal share, see :func:`give_normal_share`, which this never takes back).
     """
 
     def __init__(
@@ -83,10 +100,12 @@ class CatchUp:
         max_lag_seconds: float,
         behind: Callable[[], float | None],
         check_seconds: float = 1.0,
+        finishing: Callable[[], bool] = lambda: False,
     ) -> None:
         self._max = max_lag_seconds
         self._behind = behind
         self._every = check_seconds
+        self._finishing = finishing
         self._next = 0.0
         self.catching_up = False
         self._said_cannot = False
@@ -96,6 +115,9 @@ class CatchUp:
         if now < self._next:
             return
         self._next = now + self._every
+        if self._finishing():  # the rollout process is shutting down and gave a normal share
+            self.catching_up = True  # kept until the end
+            return
         behind = self._behind() or 0.0
         if not self.catching_up and behind > self._max:
             if set_autogroup_nice(CATCHING_UP):

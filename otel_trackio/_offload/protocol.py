@@ -31,6 +31,9 @@ CONFIG_FILE = "writer.config"
 OPENED_FILE = "opened.json"
 """What the writer reports once it has the run: ``{"name", "id", "banner"}`` (``banner``: what
 ``trackio.init`` printed, for the rollout's terminal), or ``{"error"}``."""
+FINISHING_FILE = "finishing"
+"""Written by the rollout process when its ``shutdown()`` begins: it gave the writer a normal CPU
+share, which the writer keeps until the end."""
 FINISH_FLAG = "--finish"
 """The writer's flag to keep the CPU priority it started with (a writer started at shutdown to
 store what is left, or by ``otel-trackio drain``) rather than take the lowest."""

@@ -50,6 +50,7 @@ from otel_trackio._offload.priority import CatchUp, deprioritise
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
     FINISH_FLAG,
+    FINISHING_FILE,
     OPEN_FAILED,
     OPENED_FILE,
     STOPPED,
@@ -62,6 +63,7 @@ from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_
 from otel_trackio._spool.segments import is_locked, private, write_atomically
 
 _logger = logging.getLogger("otel_trackio")
+
 
 def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
     """Open or join the run, and say which it is (:data:`OPENED_FILE`, the config)."""
@@ -212,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     catch_up = CatchUp(
         settings.writer_max_lag_seconds,
         lambda: drainer.backlog()[1] if drainer is not None else None,
+        finishing=(path / FINISHING_FILE).exists,
     )
     pace = (lambda: None) if finishing else catch_up
     if not finishing:  # taken first: a spool another process drains is left to it
@@ -228,9 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         _logger.error("otel-trackio writer: could not open the Trackio run: %r", exc)
         return OPEN_FAILED
     if drainer is None:  # finishing: the writer this one replaces lets go of the spool meanwhile
-        drainer = _take(
-            path, lambda route: own, registry, settings.spool_fsync, TAKE_SECONDS, pace
-        )
+        drainer = _take(path, lambda route: own, registry, settings.spool_fsync, TAKE_SECONDS, pace)
         if drainer is None:
             sink.release()
             return STOPPED

@@ -60,7 +60,14 @@ def receiver_spool(settings: TrackioSettings, project: str, name: str | None) ->
     return spool_root(settings) / "receiver" / folder_name(project) / run
 
 
-SPOOL_FILES = ("checkpoint.json", "runs.json", "writer.config", "writer.log", "opened.json")
+SPOOL_FILES = (
+    "checkpoint.json",
+    "runs.json",
+    "writer.config",
+    "writer.log",
+    "opened.json",
+    "finishing",
+)
 """Files of a spool besides its segments, locks, metric memories and temporary files."""
 _SPOOL_FILE = re.compile(
     r"(?:\d{12}\.seg|drain\.lock|producer\.lock|metrics-[0-9a-f]{16}\.memory|"
