@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from otel_trackio._engine.report import RunSummary
-from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.steps import latest_step, set_step
+from otel_trackio._trackio.installed import RunLike
 from otel_trackio.instrument import rollout, traced
 from otel_trackio.log_exporter import LogExportStats, TrackioLogExporter
 from otel_trackio.metric_exporter import MetricExportStats, TrackioMetricExporter

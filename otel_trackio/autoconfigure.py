@@ -35,9 +35,9 @@ from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
 from otel_trackio._engine.intake import find_intake
 from otel_trackio._engine.report import say
-from otel_trackio._engine.sink import RunLike
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
+from otel_trackio._trackio.installed import RunLike
 from otel_trackio._wiring import metrics_spool, with_offload_resolved
 from otel_trackio.environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,

@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.view import Aggregation
 
 from otel_trackio._engine.metrics import DEFAULT_TEMPORALITY, MetricExportStats, MetricPath
-from otel_trackio._engine.sink import RunLike
+from otel_trackio._trackio.installed import RunLike
 from otel_trackio.settings import TrackioSettings, settings_for
 
 if TYPE_CHECKING:

@@ -471,7 +471,7 @@ def _check_init_keyword(key: str) -> None:
     keyword (a misspelt setting would otherwise fail later, in the writer process)."""
     if key in TRACKIO_INIT_KEYWORDS:
         return
-    from otel_trackio._engine.sink import init_accepts
+    from otel_trackio._trackio.installed import init_accepts
 
     if init_accepts(key):
         return

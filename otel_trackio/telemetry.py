@@ -39,8 +39,9 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
-from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
+from otel_trackio._trackio.installed import RunLike
+from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._wiring import metrics_spool, plan_spans, with_offload_resolved
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter

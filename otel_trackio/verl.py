@@ -729,7 +729,7 @@ def _install_tracking() -> None:
     ) -> None:
         backends = [default_backend] if isinstance(default_backend, str) else default_backend
         if "trackio" in backends and _traces_backend(config) == BACKEND:
-            from otel_trackio._engine.sink import continue_run_by_name
+            from otel_trackio._trackio.runs import continue_run_by_name
 
             continue_run_by_name(project_name, experiment_name, config)
         verl_init(self, project_name, experiment_name, default_backend, config, *args, **kwargs)

@@ -74,14 +74,14 @@ def _imported_modules(path: Path) -> set[str]:
 
 def test_the_layers_import_as_the_architecture_page_says():
     """docs/architecture.md: nothing under the private layers imports a public adapter module
-    (only the settings, every layer's input, come from the root), and the sink is the one
-    module of the package that imports ``trackio``."""
+    (only the settings, every layer's input, come from the root), and the door to Trackio
+    (``_trackio/``) is the one package that imports ``trackio``."""
     package = ROOT / "otel_trackio"
     shared = {"otel_trackio.settings", "otel_trackio.environment_variables"}
     upward: dict[str, set[str]] = {}
     private = [package / "_wiring.py"] + [
         path
-        for layer in ("_codec", "_core", "_engine", "_spool", "_offload")
+        for layer in ("_codec", "_core", "_engine", "_spool", "_offload", "_trackio")
         for path in sorted((package / layer).rglob("*.py"))
     ]
     for path in private:
@@ -98,7 +98,7 @@ def test_the_layers_import_as_the_architecture_page_says():
         for path in package.rglob("*.py")
         if any(n == "trackio" or n.startswith("trackio.") for n in _imported_modules(path))
     }
-    assert trackio == {"otel_trackio/_engine/sink.py"}
+    assert trackio and all(name.startswith("otel_trackio/_trackio/") for name in trackio), trackio
 
 
 def test_the_architecture_page_names_every_module():

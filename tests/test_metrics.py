@@ -37,7 +37,7 @@ from otel_trackio._core.metric_convert import (
     explicit_distribution,
     exponential_distribution,
 )
-from otel_trackio._engine.sink import FALLBACK_RESERVED_KEYS
+from otel_trackio._trackio.installed import FALLBACK_RESERVED_KEYS
 from otel_trackio.settings import HISTOGRAM_STATS
 
 

@@ -2,7 +2,7 @@
 one ``run.log`` per step out, written to Trackio's storage before ``add`` returns.
 
 No SDK here: records are built directly and fed to a pipeline over a real
-:class:`~otel_trackio._engine.sink.TrackioSink` (real Trackio storage in the session's temp
+:class:`~otel_trackio._trackio.sink.TrackioSink` (real Trackio storage in the session's temp
 ``TRACKIO_DIR``). Time is an injected clock, so grace periods are decided by the test, not by
 the machine's speed. What is stored is read back from Trackio's SQLite storage and counted by
 ``(step, sample_index)``, duplicates included.
@@ -34,7 +34,7 @@ from otel_trackio._core.assembly.grace import (
 from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
-from otel_trackio._engine.sink import TrackioSink
+from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio.settings import TrackioSettings
 
 RUN = "pipe"

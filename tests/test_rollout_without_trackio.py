@@ -171,7 +171,7 @@ def test_trackio_dir_without_trackio_is_trackios_own(tmp_path):
     script = textwrap.dedent(
         """
         import sys
-        from otel_trackio._engine.sink import trackio_dir
+        from otel_trackio._trackio.installed import trackio_dir
         before = trackio_dir()
         assert "trackio" not in sys.modules
         import trackio.utils

@@ -23,7 +23,7 @@ from otel_trackio import (
     environment_variables,
     rollout,
 )
-from otel_trackio._engine import sink as trackio_door
+from otel_trackio._trackio import installed as trackio_door
 
 
 def settings_variables() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The one door to Trackio on its own (``otel_trackio._engine.sink.TrackioSink``): which run it
+"""The one door to Trackio on its own (``otel_trackio._trackio.sink.TrackioSink``): which run it
 holds, how it logs, how it makes a write durable, and what it says when the installed Trackio
 lacks a member it uses.
 
@@ -19,8 +19,9 @@ from conftest import wait_until
 from trackio import context_vars
 from trackio.sqlite_storage import SQLiteStorage
 
-from otel_trackio._engine import sink as door
-from otel_trackio._engine.sink import TrackioSink, stored_span_ids
+from otel_trackio._trackio import installed as door
+from otel_trackio._trackio.sink import TrackioSink
+from otel_trackio._trackio.storage import stored_span_ids
 
 WAIT = 30.0  # seconds: the most Trackio's own writer thread may take with the CPU busy
 TRACE = {

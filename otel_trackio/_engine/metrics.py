@@ -1,5 +1,5 @@
 """The engine's metric path: OTel ``MetricsData`` in, Trackio scalar plots at the rollout's steps
-out, on a run held by a :class:`~otel_trackio._engine.sink.TrackioSink`.
+out, on a run held by a :class:`~otel_trackio._trackio.sink.TrackioSink`.
 
 ``export(MetricsData)`` → :class:`~otel_trackio._core.metric_convert.MetricConverter`
 (``{step: {series: value}}``) → one ``run.log(values, step=s)`` per step. The public
@@ -25,10 +25,11 @@ from opentelemetry.sdk.metrics import (
 )
 from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricsData
 
-from otel_trackio._engine import sink as _trackio
 from otel_trackio._engine import steps as _steps
-from otel_trackio._engine.sink import RunLike, TrackioSink
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._trackio.installed import RunLike, reserved_keys
+from otel_trackio._trackio.payloads import histogram
+from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio.settings import TrackioSettings
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class MetricPath:
             stats=settings.histogram_stats,
             distributions=settings.log_distributions,
             counter_increments=not settings.counter_totals,
-            reserved_keys=_trackio.reserved_keys(),
+            reserved_keys=reserved_keys(),
         )
         self._lock = threading.Lock()
         self._shutdown = False
@@ -242,7 +243,7 @@ class MetricPath:
         if not isinstance(value, Distribution):
             return value
         try:
-            return _trackio.histogram(value.counts, value.edges)
+            return histogram(value.counts, value.edges)
         except Exception as exc:  # noqa: BLE001 - a bad distribution must not cost the scalars
             self._warn("distribution", f"could not build the distribution {key!r}: {exc!r}")
             return None

@@ -9,8 +9,8 @@ from __future__ import annotations
 from otel_trackio._core.convert import TraceDict
 from otel_trackio._core.outcomes import StepTables, outcome_row
 from otel_trackio._engine.batches import order_key
-from otel_trackio._engine.sink import TrackioSink
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio.settings import TrackioSettings
 
 

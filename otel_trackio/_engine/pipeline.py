@@ -31,10 +31,10 @@ from otel_trackio._engine.batches import Converter, by_step
 from otel_trackio._engine.expiry import ExpiryTimer
 from otel_trackio._engine.gate import Gate
 from otel_trackio._engine.outcome_tables import OutcomeTables
-from otel_trackio._engine.sink import TrackioSink
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._engine.writes import WriteLedger
+from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio.settings import TrackioSettings
 
 T = TypeVar("T")

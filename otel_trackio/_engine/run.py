@@ -20,8 +20,10 @@ from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, OwnStep
 from otel_trackio._engine.metrics import MetricPath
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
-from otel_trackio._engine.sink import RunLike, TrackioSink, open_run_by_name
 from otel_trackio._engine.stats import ExportStats
+from otel_trackio._trackio.installed import RunLike
+from otel_trackio._trackio.runs import open_run_by_name
+from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio.settings import TrackioSettings
 
 if TYPE_CHECKING:
@@ -91,7 +93,7 @@ class RunEngine:
 
 def make_named_run_exist(settings: TrackioSettings) -> None:
     """When ``settings`` name a local run, make sure it exists before it is opened (see
-    :func:`~otel_trackio._engine.sink.open_run_by_name`): processes that start together with one
+    :func:`~otel_trackio._trackio.runs.open_run_by_name`): processes that start together with one
     name (Ray workers, a fail-over pair of receivers) then all continue that one run instead of
     each making a run of that name."""
     if settings.project and settings.name and not (settings.server_url or settings.space_id):

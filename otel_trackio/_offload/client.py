@@ -43,7 +43,6 @@ from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.open_spans import OpenSpans
 from otel_trackio._engine.report import say
-from otel_trackio._engine.sink import TrackioSink, trackio_dir
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import latest_step
 from otel_trackio._engine.warn import Warnings
@@ -71,6 +70,8 @@ from otel_trackio._spool.segments import (
     private,
     write_atomically,
 )
+from otel_trackio._trackio.installed import trackio_dir
+from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")

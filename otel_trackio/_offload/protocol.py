@@ -24,7 +24,7 @@ from otel_trackio._codec.packing import (
     pack,
     unpack,
 )
-from otel_trackio._engine.sink import OpenedElsewhere
+from otel_trackio._trackio.runs import OpenedElsewhere
 from otel_trackio.settings import TrackioSettings, load_token_decoder
 
 CONFIG_FILE = "writer.config"

@@ -45,7 +45,6 @@ from otel_trackio._core.samples import StepMemory
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
-from otel_trackio._engine.sink import TrackioSink, join_run
 from otel_trackio._offload.priority import CatchUp, deprioritise
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
@@ -61,6 +60,8 @@ from otel_trackio._offload.protocol import (
 from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_root
 from otel_trackio._spool.segments import is_locked, private, write_atomically
+from otel_trackio._trackio.installed import join_run
+from otel_trackio._trackio.sink import TrackioSink
 
 _logger = logging.getLogger("otel_trackio")
 

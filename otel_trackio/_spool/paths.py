@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from otel_trackio._core.names import folder_name
-from otel_trackio._engine.sink import trackio_dir
+from otel_trackio._trackio.installed import trackio_dir
 from otel_trackio.settings import TrackioSettings
 
 UNNAMED = "%unnamed"

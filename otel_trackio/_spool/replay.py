@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._engine.pipeline import TracePipeline
-from otel_trackio._engine.sink import has_traces_at, stored_span_ids
 from otel_trackio._spool.segments import Position
+from otel_trackio._trackio.storage import has_traces_at, stored_span_ids
 
 REPLAYABLE_KEY = "replayable_samples"
 """The checkpoint's count (in its stats) of counted samples a takeover would replay."""

@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 
 from otel_trackio._engine.report import open_line
-from otel_trackio._engine.sink import trackio_dir
+from otel_trackio._trackio.installed import trackio_dir
 from otel_trackio.receiver._body import BodyBudget
 from otel_trackio.receiver._grpc import GrpcListener
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits

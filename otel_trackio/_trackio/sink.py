@@ -1,0 +1,289 @@
+"""A held Trackio run, and the one place that calls ``run.log`` / ``run.finish``.
+
+OTel exporters run on the SDK's worker threads, which do not see the ``ContextVar`` that
+``trackio.log()`` reads, so everything here holds a :class:`trackio.Run` object and calls
+``run.log(..., step=...)`` on it. A run started here is finished when the last holder releases it;
+a run that was borrowed is never finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from otel_trackio._trackio.installed import (
+    RunLike,
+    active_run,
+    forget_active_run,
+    is_remote,
+    lost,
+    run_id,
+)
+from otel_trackio._trackio.payloads import as_table, trace_entries
+from otel_trackio._trackio.runs import (
+    OWNED,
+    REGISTRY_LOCK,
+    OpenedElsewhere,
+    OwnedRun,
+    finished,
+    matches,
+    start_run,
+)
+
+_logger = logging.getLogger("otel_trackio")
+# Trackio's warn-once keys for local writes that failed (it warns and drops the batch).
+_WRITE_FAILURE_PREFIXES = ("write-logs", "local-sender-loop")
+
+
+class TrackioSink:
+    """A held Trackio run, and the one place that calls ``run.log`` / ``run.finish``.
+
+    Build it on the user's thread (it may need that thread's active run); use it from any thread.
+    With ``defer=True`` (``offload=True``: a writer process logs) and neither ``run`` given nor a
+    matching run active, no run is opened here: the writer process opens it and reports it
+    (:meth:`opened_elsewhere`), and ``run`` opens it here only when something asks for it.
+    """
+
+    def __init__(
+        self,
+        project: str | None = None,
+        name: str | None = None,
+        *,
+        run: RunLike | None = None,
+        init_kwargs: Mapping[str, Any] | None = None,
+        defer: bool = False,
+    ) -> None:
+        self._start_holding(None, None)
+        self._resolve(project, name, run, dict(init_kwargs or {}), defer)
+
+    def _start_holding(self, owned: OwnedRun | None, borrowed: RunLike | None) -> None:
+        """This holder's own state, before it holds ``owned`` or ``borrowed`` (if any)."""
+        self._owned: OwnedRun | None = owned
+        self._borrowed: RunLike | None = borrowed
+        self._released = False
+        # Trackio's failed-write warnings seen by the last flush() (empty when it went well).
+        self.last_failures: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def run(self) -> RunLike:
+        """The held ``trackio.Run`` (a deferred run is opened here now, joining the writer's)."""
+        if self._borrowed is not None:
+            return self._borrowed
+        assert self._owned is not None
+        return self._owned.ensure_run()
+
+    @property
+    def opened(self) -> bool:
+        """True when the run is open in this process (False: deferred to a writer process)."""
+        return self._borrowed is not None or (
+            self._owned is not None and self._owned.run is not None
+        )
+
+    @property
+    def project(self) -> str:
+        """The Trackio project the held run logs into."""
+        if not self.opened:
+            assert self._owned is not None
+            return self._owned.key[0]
+        return str(self.run.project)
+
+    @property
+    def run_name(self) -> str:
+        """The held run's name (of a deferred, unnamed run: once its writer reported it)."""
+        if not self.opened:
+            assert self._owned is not None
+            elsewhere = self._owned.elsewhere
+            return elsewhere.name if elsewhere is not None else self._owned.key[1] or ""
+        return str(self.run.name)
+
+    @property
+    def requested_name(self) -> str | None:
+        """The run name asked for (None: Trackio picks one)."""
+        if self._owned is not None:
+            return self._owned.key[1]
+        return self.run_name
+
+    @property
+    def run_id(self) -> str | None:
+        """Trackio's id of the held run, if known (a deferred run's: as its writer reported)."""
+        if not self.opened:
+            assert self._owned is not None
+            elsewhere = self._owned.elsewhere
+            return elsewhere.id if elsewhere is not None else None
+        return run_id(self.run)
+
+    def share(self) -> TrackioSink:
+        """Another holder of the same run (released on its own; the run is finished, when this
+        package started it, once every holder released it)."""
+        other = TrackioSink.__new__(TrackioSink)
+        other._start_holding(self._owned, self._borrowed)
+        if self._owned is not None:
+            with REGISTRY_LOCK:
+                self._owned.holders += 1
+        return other
+
+    def opened_elsewhere(self, opened: OpenedElsewhere) -> None:
+        """Record the run a writer process opened for this deferred sink (what ``run`` joins)."""
+        if self._owned is not None and self._owned.run is None:
+            self._owned.elsewhere = opened
+
+    def _resolve(
+        self,
+        project: str | None,
+        name: str | None,
+        run: RunLike | None,
+        init_kwargs: dict[str, Any],
+        defer: bool,
+    ) -> None:
+        if run is not None:
+            self._borrowed = run
+            return
+        active = active_run()
+        if active is not None and matches(active, project, name):
+            with REGISTRY_LOCK:  # a run this package started here: hold it, don't borrow it
+                owned = next((o for o in OWNED.values() if o.run is active), None)
+                if owned is not None and not owned.finished:
+                    owned.holders += 1
+                    self._owned = owned
+                    return
+            self._borrowed = active
+            return
+        if project is None:
+            raise ValueError(
+                "otel-trackio needs a Trackio project: pass project=..., pass run=..., "
+                "or call trackio.init() before creating the exporter."
+            )
+        key = (project, name)
+        with REGISTRY_LOCK:
+            owned = OWNED.get(key)
+            if owned is None or owned.finished:
+                started = None if defer else start_run(project, name, init_kwargs, active)
+                owned = OwnedRun(started, key, init_kwargs)
+                OWNED[key] = owned
+            owned.holders += 1
+        self._owned = owned
+        if not defer:
+            owned.ensure_run()  # a deferred run this process now needs: opened (joined) here
+
+    # -- logging ----------------------------------------------------------------------------
+
+    def log(self, values: Mapping[str, Any], step: int) -> None:
+        """Log one Trackio entry at ``step`` on the held run. Raises what ``run.log`` raises."""
+        self.run.log(dict(values), step=step)
+
+    def log_traces(
+        self,
+        key: str,
+        traces: Sequence[Mapping[str, Any]],
+        step: int,
+        *,
+        table: tuple[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> None:
+        """Log trace dicts (messages, metadata, spans) as one list of Traces at ``step``; with
+        ``table`` (a key and plain rows), that table too, in the same log entry."""
+        if traces:
+            entry: dict[str, Any] = {key: trace_entries(traces)}
+            if table is not None and table[1]:
+                entry[table[0]] = as_table(table[1])
+            self.run.log(entry, step=step)
+
+    def log_table(self, key: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:
+        """Log plain rows (the same columns, in order) as one ``trackio.Table`` at ``step``:
+        the Media & Tables tab shows it under ``key``, one column per row key."""
+        if rows:
+            self.run.log({key: as_table(rows)}, step=step)
+
+    def flush(self, timeout_seconds: float = 30.0) -> bool:
+        """Write what the held run has queued to Trackio's local storage now, on this thread.
+
+        ``run.log`` only queues: Trackio's sender thread writes every 0.5 s, so a process killed
+        right after an export would lose the last half second. Returns False when Trackio
+        reported a failed write for this run (disk full, read-only folder: Trackio only warns,
+        see ``last_failures``) or the flush timed out. Remote runs are left to Trackio (True).
+        Without the Trackio internals this needs, says once that exports are no longer written
+        before they return, and returns True.
+        """
+        run = self.run
+        if is_remote(run):
+            return True  # a Trackio server or Space: Trackio's client sends it
+        flush: Callable[[], None] | None = getattr(run, "_flush_queues_inline", None)
+        lock: Any = getattr(run, "_client_lock", None)
+        if flush is None or lock is None:
+            lost(
+                "Run._flush_queues_inline / Run._client_lock",
+                "exports are no longer written to storage before export() returns; Trackio's "
+                "own thread writes them within about 0.5 s, so a crash can lose that much",
+            )
+            return True
+        self.last_failures = set()
+        if not lock.acquire(timeout=max(0.0, timeout_seconds)):
+            return False  # timed out: what was logged is still queued in Trackio
+        try:
+            flush()
+        finally:
+            lock.release()
+        self.last_failures = self._take_storage_failures()
+        return not self.last_failures
+
+    def _take_storage_failures(self) -> set[str]:
+        """Trackio's warn-once keys of failed local writes, removed so the next one shows too."""
+        failures: set[str] | None = getattr(self.run, "_warned_failures", None)
+        if failures is None:
+            lost(
+                "Run._warned_failures",
+                "a failed write to Trackio storage (disk full, read-only folder) is no longer "
+                "detected: it shows only as Trackio's own warning",
+            )
+            return set()
+        found = {key for key in set(failures) if key.startswith(_WRITE_FAILURE_PREFIXES)}
+        for key in found:
+            failures.discard(key)
+        return found
+
+    def next_step(self) -> int | None:
+        """The step Trackio would use for a log call without ``step=`` (None when unknown)."""
+        step = getattr(self.run, "_next_step", None)
+        if step is None:
+            lost(
+                "Run._next_step",
+                "metrics without a step attribute follow the metric exporter's own counter, "
+                "not the run's step clock",
+            )
+            return None
+        return int(step)
+
+    def release(self) -> None:
+        """Drop this holder; finish the run when this package started it and nobody else holds it.
+
+        Idempotent. Never raises: a failure to finish is logged.
+        """
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        owned = self._owned
+        if owned is None:
+            return
+        with REGISTRY_LOCK:
+            owned.holders -= 1
+            last = owned.holders <= 0 and not owned.finished
+            if last:
+                owned.finished = True
+                if OWNED.get(owned.key) is owned:
+                    del OWNED[owned.key]
+        run = owned.run
+        if not last or run is None:
+            return  # still held; or deferred and never opened here (its writer finishes it)
+        if finished(run):
+            # Trackio's own exit hook finished it first (zero code: the SDK shuts the exporter
+            # down after it): finishing again would only print "Run finished" twice.
+            forget_active_run(run)
+            return
+        try:
+            run.finish()
+        except Exception as exc:  # noqa: BLE001 - finishing must not crash the user's program
+            _logger.warning("otel-trackio: finishing Trackio run failed: %s", exc)
+        forget_active_run(run)
