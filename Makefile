@@ -9,17 +9,17 @@ PY := $(VENV)/bin/python
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 # OpenLLMetry 0.62 (OTel JSON form) beside the 0.40 of the test extra (flattened form): the same
-# distribution, so it goes in its own folder, put on the path only by tests/test_instrumentations.py.
+# distribution, so it goes in its own folder, put on the path only by tests/frameworks/test_instrumentations.py.
 OPENLLMETRY_JSON := opentelemetry-instrumentation-openai==0.62.4 opentelemetry-semantic-conventions-ai==0.5.1
 # openai-v2 2.3b0 (one GenAI log event per message) beside the 2.4b0 of the test extra, likewise;
 # it calls wrapt 1.x's keyword API, so that wrapt goes in its folder too.
 OPENAI_V2_EVENTS := opentelemetry-instrumentation-openai-v2==2.3b0 wrapt==1.17.3
-# verl's wheel (1.7 MB, not installed): tests/test_verl.py runs its real verl/utils/rollout_trace.py.
+# verl's wheel (1.7 MB, not installed): tests/frameworks/test_verl.py runs its real verl/utils/rollout_trace.py.
 VERL_WHEEL := verl==0.9.1
 # The agent stacks that cannot share the test install: google-adk 2.13 pins opentelemetry-sdk<=1.44,
 # util-genai 1.3b0 is newer than the 1.1b0 openai-v2 2.4b0 needs. They resolve together in an
 # environment of their own (with otel-trackio from this checkout and the OTLP/gRPC exporter), where
-# tests/test_adk.py and test_frameworks.py run them; only `make test-packages` makes it.
+# tests/frameworks/test_adk.py and test_frameworks.py run them; only `make test-packages` makes it.
 STACKS_ENV := $(VENV)/genai-stacks
 STACKS_STAMP := $(STACKS_ENV)/.installed
 STACKS_PACKAGES := google-adk==2.13.0 openinference-instrumentation-google-adk==1.0.5 \
@@ -28,7 +28,7 @@ STACKS_PACKAGES := google-adk==2.13.0 openinference-instrumentation-google-adk==
 
 # The real verl 0.9.1 on CPU torch 2.13.0 (this machine's wheel; plain `torch` pulls CUDA), with the
 # two packages its agent loop imports but its wheel does not declare, and otel-trackio from this
-# checkout (and the OTLP/HTTP exporter verl's workers send to a receiver with): tests/test_verl.py
+# checkout (and the OTLP/HTTP exporter verl's workers send to a receiver with): tests/frameworks/test_verl.py
 # runs verl's own agent loop, Tracking and plugin loading there; only
 # `make test-packages` makes it.
 VERL_ENV := $(VENV)/verl-env

@@ -1,4 +1,4 @@
-"""Google ADK's calculator agent, run as a user would (tests/test_adk.py).
+"""Google ADK's calculator agent, run as a user would (tests/frameworks/test_adk.py).
 
     python tests/adk_agent.py MODE PROJECT [ENDPOINT]
 

@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 import uuid
+from pathlib import Path
 from typing import Any
 
 # A child process of the test session that imports a test module (and so this one) keeps the
@@ -200,3 +201,76 @@ def run_python(script: str, trackio_dir: str, **env: str):
         text=True,
         timeout=120,
     )
+
+
+# -- spans of whole samples, sent as clients send them ------------------------------------------
+
+
+def memory_tracer(resource: Any = None) -> tuple[Any, Any]:
+    """A tracer of the real SDK whose finished spans are kept in memory: (tracer, its
+    ``InMemorySpanExporter``)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=resource or Resource.create({}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    return provider.get_tracer("rollout"), memory
+
+
+def sample_spans(step: int, indexes: Any, *, resource: Any = None, children: int = 1) -> list[Any]:
+    """Finished SDK spans of whole samples (a root and ``children`` model calls each)."""
+    tracer, memory = memory_tracer(resource)
+    for index in indexes:
+        with tracer.start_as_current_span(
+            "rollout", attributes={"step": step, "sample_index": index}
+        ):
+            for _ in range(children):
+                with tracer.start_as_current_span("generate"):
+                    pass
+    return list(memory.get_finished_spans())
+
+
+def send_over_http(url: str, spans: Any, timeout: float = 20.0) -> bool:
+    """Export with the official OTLP/HTTP exporter (it retries 429/503); True = acknowledged."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    exporter = OTLPSpanExporter(endpoint=url + "/v1/traces", timeout=timeout)
+    try:
+        return exporter.export(spans).name == "SUCCESS"
+    finally:
+        exporter.shutdown()
+
+
+# -- the JS clients -------------------------------------------------------------------------------
+
+JS = Path(__file__).resolve().parent / "js"
+"""The JS clients' folder (the AI SDK, the OTel JS SDK), installed by :func:`npm_ci`."""
+
+
+def npm_ci() -> None:
+    """``npm ci`` from the committed lockfile, unless node_modules already holds that lockfile's
+    install (a stamp with the lockfile's hash)."""
+    import hashlib
+    import shutil
+    import subprocess
+
+    lock = (JS / "package-lock.json").read_bytes()
+    stamp = JS / "node_modules" / ".otel-trackio-lock-sha256"
+    digest = hashlib.sha256(lock).hexdigest()
+    if stamp.is_file() and stamp.read_text() == digest:
+        return
+    npm = shutil.which("npm")
+    assert npm is not None, "node is installed but npm is not"
+    result = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=JS,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    stamp.write_text(digest)

@@ -1,5 +1,5 @@
 """Hostile and careless OTLP/HTTP clients, and a receiver process to aim them at: shared by
-``tests/test_hostile_receiver.py`` and ``bench/bench_hostile.py``.
+``tests/faults/test_hostile_receiver.py`` and ``bench/bench_hostile.py``.
 
 Requests are built as protobuf wire bytes where the protobuf API cannot build them (nesting past
 its depth limit) or takes minutes (a million repeated fields).

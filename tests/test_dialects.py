@@ -1,7 +1,7 @@
 """Framework dialects, chat-template markup and the sample-level model-call rules, on hand-built
 spans.
 
-The shapes are those the real frameworks send (tests/test_frameworks.py runs the frameworks
+The shapes are those the real frameworks send (tests/frameworks/test_frameworks.py runs the frameworks
 themselves); here each rule is pinned down on its own, with the odd cases a framework run does
 not reach: unknown blocks, parse failures, wrappers without a real call, value-only calls.
 """
@@ -304,7 +304,7 @@ def test_value_only_calls_alone_give_the_conversation(project):
 
 
 # -- Google ADK ------------------------------------------------------------------------------------
-# (tests/test_adk.py runs ADK itself; these are the shapes it sends, each rule on its own)
+# (tests/frameworks/test_adk.py runs ADK itself; these are the shapes it sends, each rule on its own)
 
 ADK_REQUEST = {
     "model": "gemini-test",

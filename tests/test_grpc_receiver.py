@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import read_logs, read_traces, wait_until
+from conftest import JS, npm_ci, read_logs, read_traces, wait_until
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -355,9 +355,7 @@ def test_the_otel_js_sdks_grpc_exporter_stores_whole_samples(project, start_rece
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed")
-    from test_ai_sdk import JS, _npm_ci
-
-    _npm_ci()
+    npm_ci()
     receiver = start_receiver(name="js", token="js-token")
     result = subprocess.run(
         [node, str(JS / "grpc_rollouts.mjs"), receiver.grpc_endpoint, "2", "10", "js-token"],

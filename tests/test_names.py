@@ -164,14 +164,18 @@ def test_two_projects_trackio_would_store_in_one_file_are_refused_not_merged(pro
 
 
 def test_the_receiver_rejects_spans_of_a_project_trackio_would_merge(project, start_receiver):
+    from conftest import sample_spans, send_over_http
     from opentelemetry.sdk.resources import Resource
-    from test_spool_faults import _send, _spans
 
     receiver = start_receiver(sample_grace_seconds=0)
-    claimed = _spans(0, range(2), resource=Resource.create({"trackio.project": f"{project}.q"}))
-    merged = _spans(0, range(2), resource=Resource.create({"trackio.project": f"{project}/q"}))
-    assert _send(receiver.url, claimed)
-    assert _send(receiver.url, merged)  # answered, its spans rejected in partial_success
+    claimed = sample_spans(
+        0, range(2), resource=Resource.create({"trackio.project": f"{project}.q"})
+    )
+    merged = sample_spans(
+        0, range(2), resource=Resource.create({"trackio.project": f"{project}/q"})
+    )
+    assert send_over_http(receiver.url, claimed)
+    assert send_over_http(receiver.url, merged)  # answered, its spans rejected in partial_success
     totals = receiver.router.totals()
     receiver.stop()
     assert totals.rejected == 4  # the second project's 2 samples of 2 spans

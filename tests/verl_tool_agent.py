@@ -1,5 +1,5 @@
 """verl's real ``ToolAgentLoop`` with its hermes tool parser, server client and a traced tool,
-on a scripted policy (run by tests/test_verl.py in ``.venv/verl-env``).
+on a scripted policy (run by tests/frameworks/test_verl.py in ``.venv/verl-env``).
 
     python tests/verl_tool_agent.py PROJECT EXPERIMENT TEMPLATE [FIRST_INDEX [BACKEND [SAMPLES]]]
 

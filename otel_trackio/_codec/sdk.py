@@ -8,7 +8,7 @@ lock, ``kind.value`` and ``status.status_code.value`` go through ``enum``'s desc
 :func:`span_row` reads the same fields from the span's own slots, several times faster, and reads
 them through the public API instead for any span without the
 SDK's layout (another SDK version, a hand-made ``ReadableSpan``). This module is the one place
-that knows the SDK's private layout; ``tests/test_sdk_span.py`` checks both ways agree.
+that knows the SDK's private layout; ``tests/unit/test_sdk_span.py`` checks both ways agree.
 """
 
 from __future__ import annotations

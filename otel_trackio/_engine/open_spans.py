@@ -10,7 +10,7 @@ attributes and whatever was set since, its events, and an end at the flush.
 
 Cost per span (on the rollout's hot path): one dict store at start, one dict pop at end, no lock
 (both are single operations on a builtin dict, atomic under the GIL), the span id read from the
-SDK span's own context tuple (``tests/test_sdk_span.py`` checks it is the public one). The
+SDK span's own context tuple (``tests/unit/test_sdk_span.py`` checks it is the public one). The
 records are only built at a flush.
 """
 

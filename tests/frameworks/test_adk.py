@@ -24,7 +24,7 @@ from conftest import read_traces, stored, trace_usage
 
 pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 ADK_PYTHON = HERE.parent / ".venv" / "genai-stacks" / "bin" / "python"
 MODEL = "gemini-test"
 QUESTION = "what is 2+2?"

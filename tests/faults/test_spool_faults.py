@@ -36,59 +36,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SERVE, read_logs, read_traces, wait_until
+from conftest import (
+    SERVE,
+    memory_tracer,
+    read_logs,
+    read_traces,
+    sample_spans,
+    send_over_http,
+    wait_until,
+)
 from fault_tally import tally
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Tracer
+from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_trackio._codec import spool as codec
 from otel_trackio._spool import segments as spool_segments
 from otel_trackio._spool.segments import HEADER, MAGIC, load_checkpoint
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SETPRIV = shutil.which("setpriv")
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _tracer(resource: Resource | None = None) -> tuple[Tracer, InMemorySpanExporter]:
-    """A tracer of the real SDK whose finished spans are kept in memory."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=resource or Resource.create({}))
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    return provider.get_tracer("rollout"), memory
-
-
-def _spans(
-    step: int, indexes: Sequence[int], *, resource: Resource | None = None, children: int = 1
-) -> list[ReadableSpan]:
-    """Finished SDK spans of whole samples (a root and ``children`` model calls each)."""
-    tracer, memory = _tracer(resource)
-    for index in indexes:
-        with tracer.start_as_current_span(
-            "rollout", attributes={"step": step, "sample_index": index}
-        ):
-            for _ in range(children):
-                with tracer.start_as_current_span("generate"):
-                    pass
-    return list(memory.get_finished_spans())
-
-
-def _send(url: str, spans: Sequence[ReadableSpan], timeout: float = 20.0) -> bool:
-    """Export with the official OTLP/HTTP exporter (it retries 429/503); True = acknowledged."""
-    exporter = OTLPSpanExporter(endpoint=url + "/v1/traces", timeout=timeout)
-    try:
-        return exporter.export(spans).name == "SUCCESS"
-    finally:
-        exporter.shutdown()
 
 
 def _keys(spans: Sequence[ReadableSpan]) -> set[tuple[int, int]]:
@@ -300,19 +272,19 @@ def _sent_through(
     first: Sequence[ReadableSpan] | None,
     seen: Callable[[str], bool],
 ) -> set[tuple[int, int]]:
-    first = _spans(0, range(5)) if first is None else first
-    assert _send(server.url, first)
+    first = sample_spans(0, range(5)) if first is None else first
+    assert send_over_http(server.url, first)
     acknowledged = _keys(first)
     wait_until(
         lambda: len(_stored_rows(project, "r", trackio_dir)) == len(acknowledged), what="first"
     )
     with fault():
         for batch in during:
-            if _send(server.url, batch, timeout=5):
+            if send_over_http(server.url, batch, timeout=5):
                 acknowledged |= _keys(batch)
         wait_until(lambda: seen(server.output), what="the fault reported")
-    late = _spans(99, range(5))
-    assert _send(server.url, late, timeout=60)
+    late = sample_spans(99, range(5))
+    assert send_over_http(server.url, late, timeout=60)
     acknowledged |= _keys(late)
     wait_until(
         lambda: Stored(_stored_rows(project, "r", trackio_dir)).keys >= acknowledged,
@@ -348,7 +320,7 @@ def test_storage_lock_held_past_trackios_timeout_keeps_and_retries_the_entries(
         fresh_dir,
         spool,
         lock_held,
-        [_spans(1 + k, range(5)) for k in range(2)],
+        [sample_spans(1 + k, range(5)) for k in range(2)],
         # Trackio gives up after 10 s of waiting for the lock: hold it past that
         seen=lambda output: time.monotonic() - held_since[0] > 12.5,
     )
@@ -378,7 +350,7 @@ def test_trackio_dir_read_only_mid_run_keeps_the_data_and_the_counters_tell_the_
         fresh_dir,
         tmp_path / "spool",
         read_only,
-        [_spans(1 + k, range(5)) for k in range(2)],
+        [sample_spans(1 + k, range(5)) for k in range(2)],
         seen=lambda output: "storage" in output,
         confined=True,
     )
@@ -420,8 +392,8 @@ def test_a_short_write_at_append_is_undone_before_the_next_entry(
     receiver = start_receiver(sample_grace_seconds=0, spool=tmp_path / "spool")
     acknowledged: set[tuple[int, int]] = set()
     for step in range(4):
-        batch = _spans(step, range(5))
-        assert _send(receiver.url, batch)  # the torn one was refused (503) and retried
+        batch = sample_spans(step, range(5))
+        assert send_over_http(receiver.url, batch)  # the torn one was refused (503) and retried
         acknowledged |= _keys(batch)
     assert failed == [2]
     receiver.stop()
@@ -479,9 +451,9 @@ def test_one_request_for_two_runs_is_spooled_whole_or_not_at_all(
 
     _failing_writes(monkeypatch, second_route_once)
     receiver = start_receiver(sample_grace_seconds=0, spool=tmp_path / "spool")
-    spans_a = _spans(0, range(5), resource=Resource.create({"trackio.run": "a"}))
-    spans_b = _spans(0, range(5), resource=Resource.create({"trackio.run": run_b}))
-    assert _send(receiver.url, spans_a + spans_b)  # one request, two resources
+    spans_a = sample_spans(0, range(5), resource=Resource.create({"trackio.run": "a"}))
+    spans_b = sample_spans(0, range(5), resource=Resource.create({"trackio.run": run_b}))
+    assert send_over_http(receiver.url, spans_a + spans_b)  # one request, two resources
     assert refused[0]
     receiver.stop()
     _check("two-runs", _keys(spans_a), Stored(_stored_rows(project, "a")))
@@ -511,8 +483,8 @@ def test_checkpoint_write_failing_neither_kills_the_drain_nor_loses_data(
         fresh_dir,
         spool,
         no_new_file_in_the_spool,
-        [_spans(step, range(2)) for step in range(1, 4)],
-        first=_spans(0, range(2)),
+        [sample_spans(step, range(2)) for step in range(1, 4)],
+        first=sample_spans(0, range(2)),
         seen=lambda output: "checkpoint" in output,
         confined=True,
     )
@@ -527,8 +499,8 @@ def test_drain_command_returns_past_a_torn_tail_and_counts_it_once(project, fres
     server = Server(
         project, fresh_dir, spool, "--sample-grace-seconds", "60", "--drain-seconds", "0"
     )
-    batch = _spans(0, range(1))
-    assert _send(server.url, batch)
+    batch = sample_spans(0, range(1))
+    assert send_over_http(server.url, batch)
     wait_until(lambda: (load_checkpoint(spool) or _never()).processed.offset > 0, what="drain")
     server.stop(signal.SIGKILL)  # the sample still held: the spool keeps it
     last = max(spool.glob("*.seg"))
@@ -566,7 +538,7 @@ def _never() -> Any:
 
 def _orphan_child() -> list[ReadableSpan]:
     """One span whose sample root never comes: it keeps its spool entry open (replayed)."""
-    tracer, memory = _tracer()
+    tracer, memory = memory_tracer()
     root = tracer.start_span("rollout", attributes={"step": 99, "sample_index": 0})
     with tracer.start_as_current_span("generate", context=_context_of(root)):
         pass
@@ -589,15 +561,15 @@ def test_a_restart_after_a_kill_while_samples_are_held_logs_each_once(
     spool = tmp_path / "spool"
     args = ("--sample-grace-seconds", "1", "--drain-seconds", "0")
     server = Server(project, fresh_dir, spool, *args)
-    assert _send(server.url, _orphan_child())
+    assert send_over_http(server.url, _orphan_child())
     acknowledged: set[tuple[int, int]] = set()
     for step in range(4):
-        batch = _spans(step, range(5))
-        assert _send(server.url, batch)
+        batch = sample_spans(step, range(5))
+        assert send_over_http(server.url, batch)
         acknowledged |= _keys(batch)
     wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 20, what="20 stored")
-    held = _spans(7, range(5))  # in their grace period at the kill
-    assert _send(server.url, held)
+    held = sample_spans(7, range(5))  # in their grace period at the kill
+    assert send_over_http(server.url, held)
     acknowledged |= _keys(held)
     server.stop(signal.SIGKILL)
     if checkpoint != "kept":
@@ -616,18 +588,18 @@ def test_a_replay_that_groups_spans_differently_logs_nothing_twice(project, fres
     continuation; the replay, with a grace period, groups all three into one sample."""
     spool = tmp_path / "spool"
     server = Server(project, fresh_dir, spool, "--sample-grace-seconds", "0")
-    assert _send(server.url, _orphan_child())
-    tracer, memory = _tracer()
+    assert send_over_http(server.url, _orphan_child())
+    tracer, memory = memory_tracer()
     root = tracer.start_span("rollout", attributes={"step": 0, "sample_index": 3})
     with tracer.start_as_current_span("generate", context=_context_of(root)):
         pass
     late_child = tracer.start_span("tool", context=_context_of(root))
     root.end()
     first = list(memory.get_finished_spans())
-    assert _send(server.url, first)  # the sample: root + generate
+    assert send_over_http(server.url, first)  # the sample: root + generate
     wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 1, what="the sample")
     late_child.end()
-    assert _send(server.url, [memory.get_finished_spans()[-1]])  # its late span
+    assert send_over_http(server.url, [memory.get_finished_spans()[-1]])  # its late span
     wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 2, what="continuation")
     server.stop(signal.SIGKILL)
     again = Server(project, fresh_dir, spool, "--sample-grace-seconds", "1")
@@ -659,7 +631,7 @@ def test_samples_stored_after_the_last_checkpoint_are_counted_by_the_drainer_tha
         producer.append(codec.SPANS, codec.encode_sdk_spans(_orphan_child()))
 
     def stored_in(engine: Any, drainer: drain.Drainer, step: int) -> None:
-        producer.append(codec.SPANS, codec.encode_sdk_spans(_spans(step, range(10))))
+        producer.append(codec.SPANS, codec.encode_sdk_spans(sample_spans(step, range(10))))
         while drainer.cycle():
             pass
         # Whole samples without a grace period: in Trackio's storage, counted, as add returns.
@@ -684,7 +656,7 @@ def test_samples_stored_after_the_last_checkpoint_are_counted_by_the_drainer_tha
 
     second_engine = build_run_engine(settings, transport="offload", sink=first_engine.spans.sink)
     second = drain.Drainer(spool, lambda route: second_engine)
-    producer.append(codec.SPANS, codec.encode_sdk_spans(_spans(3, range(10))))
+    producer.append(codec.SPANS, codec.encode_sdk_spans(sample_spans(3, range(10))))
     while second.cycle():
         pass
     assert second_engine.spans.flush()
@@ -730,13 +702,13 @@ def test_a_spool_entry_that_is_not_data_is_skipped_counted_and_the_drain_goes_on
     spool = tmp_path / "spool"
     producer = Producer(spool, 1 << 24)
     producer.append(codec.SPANS, pickle.dumps(((None, None), {}, [_RunsCode(marker)])))
-    producer.append(codec.SPANS, codec.encode_sdk_spans(_spans(0, range(3))))
+    producer.append(codec.SPANS, codec.encode_sdk_spans(sample_spans(0, range(3))))
     # Extension code 40: no class of a spans entry has it.
     foreign = msgpack.packb(
         [FORMAT, [[None, None], {}, [msgpack.ExtType(FIRST_CLASS_CODE + 24, b"\x80")]]]
     )
     producer.append(codec.SPANS, foreign)
-    producer.append(codec.SPANS, codec.encode_sdk_spans(_spans(1, range(3))))
+    producer.append(codec.SPANS, codec.encode_sdk_spans(sample_spans(1, range(3))))
     engine = build_run_engine(
         TrackioSettings(project=project, name="r", sample_grace_seconds=0), transport="offload"
     )
@@ -775,8 +747,8 @@ def test_a_timed_out_storage_write_keeps_the_entries_until_they_are_written(
     run_lock = pipeline.sink.run._client_lock  # Trackio's writer is busy for longer than that
     acknowledged: set[tuple[int, int]] = set()
     with run_lock:
-        batch = _spans(0, range(5))
-        assert _send(receiver.url, batch)
+        batch = sample_spans(0, range(5))
+        assert send_over_http(receiver.url, batch)
         acknowledged |= _keys(batch)
         wait_until(lambda: receiver.router.totals().retried_writes > 0, what="a timeout")
         checkpoint = load_checkpoint(spool)
@@ -826,7 +798,7 @@ def _fill(disk: Path, leave: int) -> Path:
 def test_spool_disk_full_mid_append_refuses_then_stores_everything_once(
     project, fresh_dir, tiny_disk
 ):
-    big = _spans(1, range(60), children=3)  # about 30 KB: stops short after 8 KB
+    big = sample_spans(1, range(60), children=3)  # about 30 KB: stops short after 8 KB
 
     @contextlib.contextmanager
     def disk_full() -> Iterator[None]:
@@ -863,13 +835,13 @@ def test_receiver_sigkilled_mid_stream_with_a_retrying_client_stores_each_once(
     command = [sys.executable, "-m", "otel_trackio", "serve", "--summary-seconds", "0"]
     server = Server(project, fresh_dir, spool, *args, command=command)
     url = server.url if protocol == "http" else f"http://127.0.0.1:{port}"
-    batches = [_spans(step, range(20)) for step in range(30)]
+    batches = [sample_spans(step, range(20)) for step in range(30)]
     results: list[bool] = []
 
     def client() -> None:
         for batch in batches:  # the official exporters retry refused connections
             if protocol == "http":
-                results.append(_send(url, batch, timeout=90))
+                results.append(send_over_http(url, batch, timeout=90))
                 continue
             exporter = GrpcSpanExporter(endpoint=url, insecure=True, timeout=90)
             results.append(exporter.export(batch).name == "SUCCESS")
@@ -980,9 +952,9 @@ def test_a_request_sent_again_after_its_answer_was_lost_is_stored_once(
     (a proxy restarting, a load balancer timing out): the receiver took it the first time."""
     server = Server(project, fresh_dir, tmp_path / "spool")
     proxy = ResponseLosingProxy(server.url, lose=lambda n: n % 3 == 0)
-    batches = [_spans(step, range(10)) for step in range(12)]
+    batches = [sample_spans(step, range(10)) for step in range(12)]
     try:
-        results = [_send(proxy.url, batch) for batch in batches]
+        results = [send_over_http(proxy.url, batch) for batch in batches]
         acknowledged = set().union(*(_keys(batch) for batch in batches))
         wait_until(
             lambda: Stored(_stored_rows(project, "r", fresh_dir)).keys >= acknowledged,
@@ -1006,12 +978,12 @@ def test_a_request_sent_again_long_after_is_stored_once(project, start_receiver,
         memory.EmittedSamples, "__init__", lambda self, limit=0: remember(self, 50)
     )  # 50 spans, for 50,000: the same window, quicker to pass
     receiver = start_receiver(sample_grace_seconds=0)
-    first = _spans(0, range(4))
-    assert _send(receiver.url, first)
-    later = [_spans(step, range(10)) for step in range(1, 5)]  # 80 spans more
+    first = sample_spans(0, range(4))
+    assert send_over_http(receiver.url, first)
+    later = [sample_spans(step, range(10)) for step in range(1, 5)]  # 80 spans more
     for batch in later:
-        assert _send(receiver.url, batch)
-    assert _send(receiver.url, first)  # its answer was lost: the client sends it again
+        assert send_over_http(receiver.url, batch)
+    assert send_over_http(receiver.url, first)  # its answer was lost: the client sends it again
     receiver.stop()
     acknowledged = _keys(first).union(*(_keys(batch) for batch in later))
     _check("answer-lost", acknowledged, Stored(_stored_rows(project, "r")))
@@ -1025,14 +997,16 @@ def test_a_request_retried_on_the_other_receiver_of_a_fail_over_pair_is_stored_o
     before the first stored anything."""
     standby = start_receiver(sample_grace_seconds=0, spool=tmp_path / "b")
     active = start_receiver(sample_grace_seconds=0, spool=tmp_path / "a")
-    earlier = _spans(9, range(2))
-    assert _send(standby.url, earlier)  # the standby took data before: it has looked around
+    earlier = sample_spans(9, range(2))
+    assert send_over_http(
+        standby.url, earlier
+    )  # the standby took data before: it has looked around
     wait_until(lambda: len(_stored_rows(project, "r")) == 2, what="the earlier data")
-    batch = _spans(0, range(5)) + _spans(1, range(5))
-    assert _send(active.url, batch)
+    batch = sample_spans(0, range(5)) + sample_spans(1, range(5))
+    assert send_over_http(active.url, batch)
     wait_until(lambda: len(_stored_rows(project, "r")) == 12, what="the first try stored")
-    assert _send(standby.url, batch)  # the retry, on the other receiver
-    assert _send(standby.url, _spans(2, range(3)))  # and new data goes on
+    assert send_over_http(standby.url, batch)  # the retry, on the other receiver
+    assert send_over_http(standby.url, sample_spans(2, range(3)))  # and new data goes on
     active.stop()
     standby.stop()
     acknowledged = _keys(earlier) | _keys(batch) | {(2, i) for i in range(3)}
@@ -1154,15 +1128,15 @@ def test_a_request_sent_again_to_the_restarted_receiver_is_stored_once(
     """The receiver stored a request and was killed before its answer left: the client sends
     it again to the receiver started in its place, which finds it in Trackio's storage."""
     spool = tmp_path / "spool"
-    batches = [_spans(step, range(10)) for step in range(4)]
+    batches = [sample_spans(step, range(10)) for step in range(4)]
     server = Server(project, fresh_dir, spool)
-    assert all(_send(server.url, batch) for batch in batches[:3])
+    assert all(send_over_http(server.url, batch) for batch in batches[:3])
     wait_until(lambda: len(_stored_rows(project, "r", fresh_dir)) == 30, what="stored")
     server.stop(signal.SIGKILL)  # the answer to batches[2] never left, as the client sees it
     server = Server(project, fresh_dir, spool)
     try:
-        assert _send(server.url, batches[2])  # sent again
-        assert _send(server.url, batches[3])  # and the run goes on
+        assert send_over_http(server.url, batches[2])  # sent again
+        assert send_over_http(server.url, batches[3])  # and the run goes on
         wait_until(
             lambda: any(r["step"] == 3 for r in _stored_rows(project, "r", fresh_dir)),
             what="the next step stored",
@@ -1193,15 +1167,15 @@ def test_a_request_sent_again_to_the_next_start_without_name_is_stored_once(
     and stopped cleanly before the answer left; the client sends it again to the start that
     follows, which finds it in the run before and stores only what is new in its own."""
     spool = tmp_path / "spool"
-    batches = [_spans(step, range(10)) for step in range(3)]
+    batches = [sample_spans(step, range(10)) for step in range(3)]
     server = Server(project, fresh_dir, spool, name=None)
-    assert all(_send(server.url, batch) for batch in batches[:2])
+    assert all(send_over_http(server.url, batch) for batch in batches[:2])
     first_output = server.stop()  # clean: everything is stored, the run finished
     assert "Traceback" not in first_output
     server = Server(project, fresh_dir, spool, name=None)
     try:
-        assert _send(server.url, batches[1])  # sent again: its answer was lost
-        assert _send(server.url, batches[2])  # and the rollout goes on
+        assert send_over_http(server.url, batches[1])  # sent again: its answer was lost
+        assert send_over_http(server.url, batches[2])  # and the rollout goes on
         wait_until(
             lambda: sum(len(t) for t in _traces_by_run(project, fresh_dir).values()) >= 30,
             what="step 2 stored",
@@ -1229,7 +1203,7 @@ def test_offload_writer_keeps_and_retries_what_a_held_storage_lock_refused(proje
     exporter = TrackioSpanExporter(project, "offload", offload=True, sample_grace_seconds=0)
     acknowledged: set[tuple[int, int]] = set()
     try:
-        first = _spans(0, range(5))
+        first = sample_spans(0, range(5))
         assert exporter.export(first).name == "SUCCESS"
         acknowledged |= _keys(first)
         assert exporter.force_flush(60_000)
@@ -1238,7 +1212,7 @@ def test_offload_writer_keeps_and_retries_what_a_held_storage_lock_refused(proje
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             held_since = time.monotonic()
             for step in (1, 2):
-                batch = _spans(step, range(5))
+                batch = sample_spans(step, range(5))
                 assert exporter.export(batch).name == "SUCCESS"  # spooled: acknowledged
                 acknowledged |= _keys(batch)
             # Trackio gives up after 10 s of waiting for the lock: hold it past that

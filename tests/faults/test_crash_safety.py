@@ -20,7 +20,7 @@ from conftest import read_logs, read_traces, wait_until
 from fault_tally import tally
 from trackio.sqlite_storage import SQLiteStorage
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent(
     """

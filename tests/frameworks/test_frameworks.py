@@ -39,7 +39,7 @@ from framework_agents import QUESTION, SAMPLES, STEPS, SYSTEM
 
 pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 ARGUMENTS = '{"expr": "2+2"}'
 CALL = {
     "id": "call_1",

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
 pytest.importorskip("mlflow")
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 STEPS, SAMPLES, ROLLOUT_N = 2, 2, 3
 
 

@@ -36,7 +36,8 @@ from otel_trackio import TrackioLogExporter, TrackioSpanExporter
 
 pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 
 TOOLS = [
     {
@@ -281,7 +282,7 @@ def run_beside(folder: Path, script: str, *args: str, trackio_dir: str) -> list[
     env = {
         **os.environ,
         "TRACKIO_DIR": trackio_dir,
-        "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT / "tests")]),
+        "PYTHONPATH": os.pathsep.join([str(folder), str(HERE), str(HERE.parent)]),
     }
     env.pop("OTEL_SEMCONV_STABILITY_OPT_IN", None)
     result = subprocess.run(

@@ -35,7 +35,7 @@ from otel_trackio._core.records import SpanRecord
 # test_offload_shutdown.py).
 pytestmark = pytest.mark.usefixtures("in_process")
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HANG_GUARD = 60.0  # seconds: a join past this means something blocked forever
 
 

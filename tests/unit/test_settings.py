@@ -31,7 +31,7 @@ def settings_variables() -> dict[str, str]:
     return {f.name: f.metadata["env"] for f in fields(TrackioSettings) if f.metadata.get("env")}
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 CONFIGURATION_PAGE = ROOT / "docs" / "configuration.md"

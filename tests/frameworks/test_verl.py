@@ -30,7 +30,7 @@ from otel_trackio import TrackioSpanExporter
 
 pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 EXAMPLES = HERE.parent / "examples"
 WHEELS = sorted((Path(sys.prefix) / "verl-0.9.1").glob("verl-*.whl"))
 #: the real verl package on CPU torch (`make test-packages` makes this environment)

@@ -24,17 +24,15 @@ The JS dependencies are installed with ``npm ci`` from the committed lockfile in
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_traces, stored
+from conftest import JS, npm_ci, read_traces, stored
 from test_conventions import SAMPLE, facts_of, one_trace, traced
 
 from otel_trackio._core.convert import METADATA_KEYS
@@ -42,7 +40,6 @@ from otel_trackio._core.values import as_text
 
 pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
-JS = Path(__file__).resolve().parent / "js"
 STEPS = 2
 INTEGRATIONS = ("legacy", "otel")
 MODEL = "mock-model"
@@ -114,28 +111,6 @@ NAMES = {
 TOOL_ID = {"legacy": "ai.toolCall.id", "otel": "gen_ai.tool.call.id"}
 
 
-def _npm_ci() -> None:
-    """``npm ci`` from the committed lockfile, unless node_modules already holds that lockfile's
-    install (a stamp with the lockfile's hash)."""
-    lock = (JS / "package-lock.json").read_bytes()
-    stamp = JS / "node_modules" / ".otel-trackio-lock-sha256"
-    digest = hashlib.sha256(lock).hexdigest()
-    if stamp.is_file() and stamp.read_text() == digest:
-        return
-    npm = shutil.which("npm")
-    assert npm is not None, "node is installed but npm is not"
-    result = subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-        cwd=JS,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    stamp.write_text(digest)
-
-
 @pytest.fixture(scope="module")
 def runs() -> dict[str, Any]:
     """Run every scenario of both integrations once: {"reports": what the SDK did per
@@ -143,7 +118,7 @@ def runs() -> dict[str, Any]:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed")
-    _npm_ci()
+    npm_ci()
     from otel_trackio.receiver import OTLPReceiver
 
     project = f"test-ai-sdk-{uuid.uuid4().hex[:12]}"

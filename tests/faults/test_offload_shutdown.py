@@ -29,7 +29,7 @@ from otel_trackio._offload import client
 from otel_trackio._offload.client import WRITER_CHECK_SECONDS
 from otel_trackio._offload.writer import abandoned
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _provider(project: str, name: str, **options) -> tuple[TracerProvider, TrackioSpanExporter]:

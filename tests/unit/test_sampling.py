@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased
 from otel_trackio import StepSampler, rollout, traced
 from otel_trackio.sampling import sample_hash
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @traced()
