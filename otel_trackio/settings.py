@@ -294,7 +294,7 @@ class TrackioSettings:
             OpenTelemetry's, this package's, yours) leaves the garbage collector's view until
             the last ``shutdown()`` of them, so each full collection — which runs on whatever
             thread allocates, your event loop's included — walks only what the rollout creates
-            afterwards (figure 13: the longest full collection 21 -> 6 ms). The price: cyclic
+            afterwards, and its pauses shrink with it. The price: cyclic
             garbage among those objects waits for that ``shutdown()`` to be collected, which
             unfreezes them again unless something else froze objects first.
     """

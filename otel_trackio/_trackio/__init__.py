@@ -28,6 +28,6 @@ with one warning, and Trackio's public behaviour is used instead):
 
 Trackio is imported only when a run is opened (or read) in this process: with ``offload=True``
 the writer process opens the run (``TrackioSink(defer=True)``), so a rollout process that never
-imports ``trackio`` itself never loads it — its ~55k objects would make every full garbage
-collection on the rollout's event loop slower (``bench/bench_asyncio.py``).
+imports ``trackio`` itself never loads it: its many objects would make every full garbage
+collection on the rollout's event loop slower.
 """

@@ -47,8 +47,7 @@ def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
 
     They go in as Trackio's stored trace payload (``{"_type": Trace.TYPE, ...}``, what
     ``Trace._to_dict`` makes) rather than ``trackio.Trace`` objects: our dicts are already plain
-    JSON with no media, and skipping Trackio's deep copy of every trace makes the whole export
-    about 15% cheaper. When the installed Trackio stores Traces differently, ``trackio.Trace``
+    JSON with no media, and Trackio's deep copy of every trace is skipped. When the installed Trackio stores Traces differently, ``trackio.Trace``
     objects are logged instead.
     """
     if _trace_as_payload():
