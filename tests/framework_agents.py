@@ -1,4 +1,5 @@
-"""One agent framework in one telemetry mode, run as a user would (tests/frameworks/test_frameworks.py).
+"""One agent framework in one telemetry mode, run as a user would
+(tests/frameworks/test_frameworks.py).
 
     python tests/framework_agents.py FRAMEWORK MODE PROJECT BASE_URL
 

@@ -1,4 +1,5 @@
-"""One agent, traced two ways, exporting over OTLP/HTTP protobuf (run by tests/frameworks/test_mlflow.py).
+"""One agent, traced two ways, exporting over OTLP/HTTP protobuf (run by
+tests/frameworks/test_mlflow.py).
 
 The agent (system "be brief", user "what is 2+2?", the model calls ``calculator``, the tool
 answers "4", the model answers) runs against the loopback fake OpenAI server, 2 steps x 2

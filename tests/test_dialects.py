@@ -1,9 +1,9 @@
 """Framework dialects, chat-template markup and the sample-level model-call rules, on hand-built
 spans.
 
-The shapes are those the real frameworks send (tests/frameworks/test_frameworks.py runs the frameworks
-themselves); here each rule is pinned down on its own, with the odd cases a framework run does
-not reach: unknown blocks, parse failures, wrappers without a real call, value-only calls.
+The shapes are those the real frameworks send (tests/frameworks/test_frameworks.py runs the
+frameworks themselves); here each rule is pinned down on its own, with the odd cases a framework run
+does not reach: unknown blocks, parse failures, wrappers without a real call, value-only calls.
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ def test_value_only_calls_alone_give_the_conversation(project):
 
 
 # -- Google ADK ------------------------------------------------------------------------------------
-# (tests/frameworks/test_adk.py runs ADK itself; these are the shapes it sends, each rule on its own)
+# (tests/frameworks/test_adk.py runs ADK itself; these are the shapes it sends, one rule each)
 
 ADK_REQUEST = {
     "model": "gemini-test",

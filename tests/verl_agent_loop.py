@@ -1,4 +1,5 @@
-"""A verl rollout worker shaped like verl's ``ToolAgentLoop`` (run by tests/frameworks/test_verl.py).
+"""A verl rollout worker shaped like verl's ``ToolAgentLoop`` (run by
+tests/frameworks/test_verl.py).
 
 The process imports ``verl`` the way verl's trainer and Ray workers do
 (``VERL_USE_EXTERNAL_MODULES`` names ``otel_trackio.verl``), then defines its agent loop, tool

@@ -1,4 +1,5 @@
-"""verl's own ``Tracking`` beside its rollout trace, in one process (run by tests/frameworks/test_verl.py).
+"""verl's own ``Tracking`` beside its rollout trace, in one process (run by
+tests/frameworks/test_verl.py).
 
     python tests/verl_tracking.py ORDER PROJECT EXPERIMENT
 

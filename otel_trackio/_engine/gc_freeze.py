@@ -1,10 +1,11 @@
 """The ``gc_freeze`` setting: the setup's objects frozen out of the garbage collector's walk.
 
-Each full collection walks every tracked object, on whichever thread allocates — a rollout's
-event loop included. Freezing what is alive once the setup is done (imports, providers, the
-exporter) leaves the collector only what the rollout creates afterwards, so its pauses on the
-rollout's threads are short (``docs/performance.md``, figure 13). ``configure()`` and an exporter built by hand each hold the freeze; the last
-to let go thaws it, and only when nothing else (the application) had frozen objects first.
+Each full collection walks every tracked object, on whichever thread allocates — a rollout's event
+loop included. Freezing what is alive once the setup is done (imports, providers, the exporter)
+leaves the collector only what the rollout creates afterwards, so its pauses on the rollout's
+threads are short (``docs/performance.md``, figure 13). ``configure()`` and an exporter built by
+hand each hold the freeze; the last to let go thaws it, and only when nothing else (the application)
+had frozen objects first.
 """
 
 from __future__ import annotations

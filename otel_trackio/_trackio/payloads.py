@@ -47,8 +47,8 @@ def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
 
     They go in as Trackio's stored trace payload (``{"_type": Trace.TYPE, ...}``, what
     ``Trace._to_dict`` makes) rather than ``trackio.Trace`` objects: our dicts are already plain
-    JSON with no media, and Trackio's deep copy of every trace is skipped. When the installed Trackio stores Traces differently, ``trackio.Trace``
-    objects are logged instead.
+    JSON with no media, and Trackio's deep copy of every trace is skipped. When the installed
+    Trackio stores Traces differently, ``trackio.Trace`` objects are logged instead.
     """
     if _trace_as_payload():
         return [_payload(t) for t in traces]
