@@ -18,9 +18,10 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
@@ -47,6 +48,7 @@ _logger = logging.getLogger("otel_trackio.receiver")
 
 Key = tuple[str, str | None]
 """(project, requested run name) of a route."""
+_T = TypeVar("_T")
 
 
 def _spooled_metrics(request: bytes) -> list[Any]:
@@ -347,13 +349,8 @@ class Router:
         """Spool each route's span records (one unit); the drain thread logs them. Raises
         :class:`ReceiverBusy` when the spool is full or the drain stalled."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
-        keys = self._resolve_all({t: len(r) for t, r in decoded.by_route.items()}, outcome)
-        entries = []
-        for target, records in decoded.by_route.items():
-            key = keys[target]
-            if key is not None:
-                entries.append((codec.SPANS, codec.encode_records(records, key)))
-        self._append(entries)
+        parts = {t: (len(r), r) for t, r in decoded.by_route.items()}
+        self._spool_routes(parts, codec.SPANS, codec.encode_records, outcome)
         self._count(spans=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
@@ -361,30 +358,41 @@ class Router:
         """Spool each route's GenAI log events (the drain thread joins them to their samples);
         other log records are only counted."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
-        events = 0
-        keys = self._resolve_all({t: len(r) for t, r in decoded.by_route.items()}, outcome)
-        entries = []
-        for target, records in decoded.by_route.items():
-            key = keys[target]
-            if key is not None:
-                events += len(records)
-                entries.append((codec.EVENTS, codec.encode_events(records, key)))
-        self._append(entries)
+        parts = {t: (len(r), r) for t, r in decoded.by_route.items()}
+        events = self._spool_routes(parts, codec.EVENTS, codec.encode_events, outcome)
         self._count(logs=decoded.accepted, events=events, rejected=outcome.rejected)
         return outcome
 
     def export_metrics(self, decoded: DecodedMetrics) -> Outcome:
         """Spool each route's part of a metrics request; the drain thread logs it."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
-        keys = self._resolve_all({t: decoded.points.get(t, 0) for t in decoded.parts}, outcome)
-        entries = []
-        for target, part in decoded.parts.items():
-            key = keys[target]
-            if key is not None:
-                entries.append((codec.METRICS, codec.encode_metrics(key, part)))
-        self._append(entries)
+        parts = {t: (decoded.points.get(t, 0), part) for t, part in decoded.parts.items()}
+        self._spool_routes(
+            parts, codec.METRICS, lambda part, key: codec.encode_metrics(key, part), outcome
+        )
         self._count(points=decoded.accepted, rejected=outcome.rejected)
         return outcome
+
+    def _spool_routes(
+        self,
+        parts: Mapping[Route, tuple[int, _T]],
+        kind: int,
+        encode: Callable[[_T, Key], bytes],
+        outcome: Outcome,
+    ) -> int:
+        """Resolve each route of a request (``parts``: its item count and its data), encode the
+        data of every route taken as one spool entry each, and append them as one unit; the
+        items of the routes taken."""
+        keys = self._resolve_all({target: count for target, (count, _) in parts.items()}, outcome)
+        entries = []
+        taken = 0
+        for target, (count, data) in parts.items():
+            key = keys[target]
+            if key is not None:
+                taken += count
+                entries.append((kind, encode(data, key)))
+        self._append(entries)
+        return taken
 
     def count_refused(self, *, busy: bool = False) -> None:
         """Count a request refused before decoding (bad token, size, type, body); ``busy``:
@@ -453,8 +461,7 @@ class Router:
             retried_writes=spans.failed_writes + self._drainer.stats.failed_checkpoints,
             already_stored=spans.already_stored,
             unusable_steps=spans.unusable_steps,
-            resent=sum(p.spans.assembler.resent for p in routes)
-            + sum(r.resent for r in retired),
+            resent=sum(p.spans.assembler.resent for p in routes) + sum(r.resent for r in retired),
             unwritten=sum(p.spans.unwritten_samples for p in routes),
             torn_entries=self._drainer.stats.torn_entries,
             waiting=sum(p.spans.assembler.held_samples for p in routes),
