@@ -47,7 +47,7 @@ from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import latest_step
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._offload.open_span_report import OpenSpanReporter
-from otel_trackio._offload.priority import give_normal_share
+from otel_trackio._offload.priority import CATCHING_UP, set_autogroup_nice
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
     FINISH_FLAG,
@@ -473,7 +473,7 @@ class OffloadClient:
         with contextlib.suppress(OSError):
             write_atomically(self.path / FINISHING_FILE, b"")
         pid = self.writer_pid
-        return pid is not None and (self._finishing or give_normal_share(pid))
+        return pid is not None and (self._finishing or set_autogroup_nice(CATCHING_UP, pid))
 
     def _finish(
         self, flush_number: int, timeout_seconds: float | None, close: list[tuple[int, bytes]]

@@ -31,38 +31,30 @@ NICENESS = 19
 CATCHING_UP = 0
 """Its autogroup's nice while it catches up: a normal share."""
 
-_AUTOGROUP = Path("/proc/self/autogroup")
-"""Linux's autogroup of this process's session (present when the kernel schedules by autogroup,
-``kernel.sched_autogroup_enabled``, the default of most distributions)."""
 
-
-def leads_its_session() -> bool:
-    """True when this process leads its session (its autogroup is its own, not a shell's)."""
-    return os.getsid(0) == os.getpid()
-
-
-def set_autogroup_nice(nice: int) -> bool:
-    """Set this session's autogroup nice (only when this process leads it); False when it
-    cannot (no autogroup: another OS, or disabled)."""
-    if not leads_its_session():
-        return False
+def leads_its_session(pid: int | None = None) -> bool:
+    """True when process ``pid`` (default: this one) leads its session: its autogroup is its
+    own, not a shell's."""
+    pid = os.getpid() if pid is None else pid
     try:
-        _AUTOGROUP.write_text(f"{nice}\n")
+        return os.getsid(pid) == pid
     except OSError:
         return False
-    return True
 
 
-def give_normal_share(pid: int) -> bool:
-    """Give the writer process ``pid`` a normal CPU share again: its autogroup's nice back to
-    :data:`CATCHING_UP` (a process may do that for another process of its user; only a nice
-    below 0 takes privilege). For ``shutdown()``: the rollout is over, and a writer left at the
-    lowest priority on a busy machine would take minutes over the last steps. Only when ``pid``
-    leads its own session (its autogroup is its own). False when it cannot."""
+def set_autogroup_nice(nice: int, pid: int | None = None) -> bool:
+    """Set the autogroup nice of process ``pid``'s session (default: this process's), only when
+    it leads that session; False when it cannot (no autogroup: another OS, or disabled).
+
+    Linux's autogroup of a session is present when the kernel schedules by autogroup
+    (``kernel.sched_autogroup_enabled``, the default of most distributions). A process may set
+    it for another process of its user; only a nice below 0 takes privilege: so ``shutdown()``
+    gives its writer a normal share again (:data:`CATCHING_UP`) when the rollout is over.
+    """
+    if not leads_its_session(pid):
+        return False
     try:
-        if os.getsid(pid) != pid:
-            return False
-        Path(f"/proc/{pid}/autogroup").write_text(f"{CATCHING_UP}\n")
+        Path(f"/proc/{'self' if pid is None else pid}/autogroup").write_text(f"{nice}\n")
     except OSError:
         return False
     return True
@@ -92,7 +84,7 @@ class CatchUp:
         behind: the drain's lag now, in seconds (None: nothing waits).
         check_seconds: how often the lag is looked at, at most.
         finishing: whether the rollout process is shutting down (it then gave the writer a
-            normal share, see :func:`give_normal_share`, which this never takes back).
+            normal share, see :func:`set_autogroup_nice`, which this never takes back).
     """
 
     def __init__(

@@ -80,7 +80,7 @@ def test_a_starved_writer_hands_over_at_shutdown(project, capfd, monkeypatch):
     shutdown give the writer a normal share back, it does first: here it cannot, as on a kernel
     without autogroups.)"""
     monkeypatch.setattr(client, "HANDOVER_BYTES", 0)  # this tail is short: hand it over anyway
-    monkeypatch.setattr(client, "give_normal_share", lambda pid: False)
+    monkeypatch.setattr(client, "set_autogroup_nice", lambda nice, pid=None: False)
     provider, exporter = _provider(project, "starved")
     writer = exporter.offloaded.writer_pid
     _emit(provider, steps=2, samples=60)
