@@ -130,19 +130,35 @@ def test_the_official_grpc_exporters_store_whole_samples_metrics_and_log_events(
     assert means == [(0, 0.5), (1, 1.5), (2, 2.5)]
 
 
-def test_a_sample_half_over_grpc_half_over_http_is_one_whole_trace(project, start_receiver):
-    receiver = start_receiver(name="mixed")
+@pytest.mark.parametrize(
+    "first, grace",
+    [("children", None), ("roots", 3.0)],
+    ids=["children-first-default-grace", "roots-first-explicit-grace"],
+)
+def test_a_sample_half_over_grpc_half_over_http_is_one_whole_trace(
+    project, start_receiver, first, grace
+):
+    """Each sample's child over gRPC, its root over HTTP. Children first is the order one SDK
+    sends in, and the default grace joins them. Roots first means every child trails its root,
+    which the receiver's quick phase cannot see coming (docs/multi-process.md): an explicit
+    ``sample_grace_seconds`` holds each root for its child."""
+    receiver = start_receiver(name="mixed", sample_grace_seconds=grace)
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
     _rollouts(provider, steps=2, samples=6)
     spans = memory.get_finished_spans()
-    grpc_half = [s for k, s in enumerate(spans) if k % 2 == 0]
-    http_half = [s for k, s in enumerate(spans) if k % 2 == 1]
+    children = [s for s in spans if s.parent is not None]
+    roots = [s for s in spans if s.parent is None]
+    assert len(children) == len(roots) == 12
     over_grpc = OTLPSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True)
     over_http = HTTPSpanExporter(endpoint=f"{receiver.url}/v1/traces")
-    assert over_http.export(http_half).name == "SUCCESS"
-    assert over_grpc.export(grpc_half).name == "SUCCESS"
+    if first == "children":
+        assert over_grpc.export(children).name == "SUCCESS"
+        assert over_http.export(roots).name == "SUCCESS"
+    else:
+        assert over_http.export(roots).name == "SUCCESS"
+        assert over_grpc.export(children).name == "SUCCESS"
     receiver.stop()
     traces = read_traces(project, "mixed")
     assert _keys(traces) == [(s, i) for s in range(2) for i in range(6)]
