@@ -184,7 +184,7 @@ class TracePipeline:
 
     def _expect_log_events(self) -> None:
         """:meth:`expect_log_events`, lock held."""
-        self.grace.feed_log_events()
+        self.assembler.expect_log_events()
 
     def _take(
         self,

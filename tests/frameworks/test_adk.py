@@ -154,12 +154,23 @@ def test_adk_without_content_says_so(project):
                 assert "not captured" in span["metadata"]["otel_trackio.note"]
 
 
-@pytest.mark.parametrize("env", [{CAPTURE: "SPAN_ONLY"}, FORMAT_1X], ids=["current", "1.x"])
+EVENTS_AFTER_SPANS = {CAPTURE: "EVENT_ONLY", "OTEL_BLRP_SCHEDULE_DELAY": "60000"}
+"""The conversation only in log events, which the client sends after all its spans (its
+tracer provider shuts down first; the log processor waits past the run)."""
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{CAPTURE: "SPAN_ONLY"}, FORMAT_1X, EVENTS_AFTER_SPANS],
+    ids=["current", "1.x", "events-after-spans"],
+)
 def test_adk_through_the_receiver_over_grpc(project, start_receiver, env):
+    """Through ``otel-trackio serve`` under its default grace: each sample whole, once, its
+    log events joined even when every one of them comes after every span."""
     receiver = start_receiver(name="run")
     samples = run_agent(project, env, endpoint=receiver.grpc_endpoint)
     receiver.stop()
-    check_traces(project, samples)
+    check_traces(project, samples, tool_io=env is not EVENTS_AFTER_SPANS)
 
 
 def test_openinference_adk(project):

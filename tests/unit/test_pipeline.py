@@ -14,6 +14,7 @@ The exporter around the pipeline: ``test_exporter.py``; the assembler inside it:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import Counter
@@ -366,3 +367,42 @@ def test_a_redelivered_sample_is_not_stored_twice(project, pipeline_of):
     assert pipeline.add(_sample(1, 0, trace_id=1))
     assert pipeline.add(_sample(1, 0, trace_id=1))  # the same spans, same ids
     assert _counts(project) == Counter({(1, 0): 1})
+
+
+@pytest.mark.parametrize("on_the_span", [False, True], ids=["messages-to-come", "messages-on-span"])
+def test_a_model_call_without_its_messages_holds_the_receivers_samples_for_its_log_events(
+    project, pipeline_of, on_the_span
+):
+    """A client that shuts its tracer provider down before its logger provider sends every
+    span before any log event: a model call with no messages on its span says they may come
+    as log events, so its sample (and the one held before it) waits the log grace instead of
+    going out when settled, and its events join it. Messages on the span: nothing to wait for."""
+    clock = Clock()
+    pipeline = pipeline_of(clock=clock, policy=GracePolicy(receiver=True))  # the receiver's default
+    assert pipeline.add(_sample(1, 0, trace_id=1))  # no model call: settling would release it
+    child, root = _sample(1, 1, trace_id=2)
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}
+    if on_the_span:
+        chat["gen_ai.input.messages"] = '[{"role": "user", "parts": []}]'
+    child = dataclasses.replace(child, attributes=chat)
+    assert pipeline.add([child, root])
+    assert pipeline.log_events is not on_the_span
+    clock.now += 0.01
+    assert pipeline.settle(clock.now)
+    if on_the_span:
+        assert _counts(project) == Counter({(1, 0): 1, (1, 1): 1})
+        return
+    assert not _stored(project)
+    event = LogEventRecord(
+        2,
+        child.span_id,
+        EventRecord("gen_ai.user.message", 5, {"content": "q"}, from_log=True),
+    )
+    assert pipeline.add_events([event])  # after its spans, within the log grace: it joins
+    clock.now += LOG_GRACE_SECONDS
+    assert pipeline.expire()
+    assert _counts(project) == Counter({(1, 0): 1, (1, 1): 1})
+    assert not any(t["metadata"].get("partial") for t in _stored(project))
+    assert not pipeline.grace.trailing_seen
+    [with_events] = [t for t in _stored(project) if t["metadata"]["sample_index"] == 1]
+    assert with_events["messages"] == [{"role": "user", "content": "q"}]

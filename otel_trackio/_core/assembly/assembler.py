@@ -452,6 +452,8 @@ class SampleAssembler:
         )
         if self.grace.quick and _shows_other_processes(root, spans, is_tagged):
             self.saw_trailing_spans()  # the other process's spans may still be on their way
+        if self.grace.awaits_log_events(spans):
+            self.expect_log_events()  # its messages may still be on their way as log events
         held = _Held(
             root.trace_id, root, spans, now + self.grace.hold_seconds, waits, completed=now
         )
@@ -509,6 +511,17 @@ class SampleAssembler:
                 del self._held[key]
                 out.append(self._release(held))
         return out
+
+    def expect_log_events(self) -> None:
+        """GenAI log events feed this run (or may): from now on a completed sample waits for
+        them as long as the grace policy holds it, those held at this moment included (in the
+        quick phase no longer until settled, and no longer than that hold)."""
+        if self.grace.log_events:
+            return
+        self.grace.feed_log_events()
+        hold = self.grace.hold_seconds
+        for held in self._held.values():  # completion order, so still ordered by due time
+            held.due = min(held.due, held.completed + hold)
 
     def saw_trailing_spans(self) -> None:
         """Spans (or GenAI log events) of this run can trail their sample's root: from now on

@@ -30,16 +30,20 @@ event arriving after its sample went out — and then, for every sample held at 
 after, the full grace (see :class:`~otel_trackio._core.assembly.SampleAssembler`).
 Once GenAI log events feed a run, its samples wait for them (:data:`LOG_GRACE_SECONDS`): they
 come through another processor on its own schedule, so a receiver holding every span sent may not
-hold their events yet. What it cannot see coming: the first samples of a run whose spans from
-another process, or whose log events, all come after the receiver had the rest come out in two
-rows (the trailing part a ``late`` continuation with the sample's identity);
-``--sample-grace-seconds`` holds every sample from the start.
+hold their events yet. The receiver expects them from the first event, or from the first model call
+whose messages are not on its span (:meth:`GracePolicy.awaits_log_events`). What it cannot see
+coming: the first samples of a run whose spans from another process all come after the receiver
+had the rest come out in two rows (the trailing part a ``late`` continuation with the sample's
+identity); ``--sample-grace-seconds`` holds every sample from the start.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from otel_trackio._core.conventions import messages_may_follow_as_log_events
+from otel_trackio._core.records import SpanRecord
 from otel_trackio.settings import TrackioSettings
 
 RECEIVER_GRACE_SECONDS = 5.0
@@ -67,7 +71,8 @@ class GracePolicy:
     explicit: float | None = None
     receiver: bool = False
     log_events: bool = field(default=False, init=False)
-    """GenAI log events feed the run (they come through another processor, on its schedule)."""
+    """GenAI log events feed the run, or may (they come through another processor, on its
+    schedule): see :meth:`feed_log_events` and :meth:`awaits_log_events`."""
     trailing_seen: bool = field(default=False, init=False)
     """The run showed data trailing a sample's root: the quick phase is over."""
 
@@ -110,6 +115,17 @@ class GracePolicy:
     def feed_log_events(self) -> None:
         """GenAI log events feed the run from now on."""
         self.log_events = True
+
+    def awaits_log_events(self, spans: Iterable[SpanRecord]) -> bool:
+        """Whether a sample completing in the receiver's quick phase shows that GenAI log
+        events may feed the run before any has come: a model call without its messages on
+        its span (:func:`~otel_trackio._core.conventions.messages_may_follow_as_log_events`).
+        Its client's log exporter may send them after the spans (the SDK's log processor
+        exports every second; a client that shuts its tracer provider down first sends every
+        span before any event), so the run then waits for log events as if they fed it."""
+        if not self.quick or self.log_events:
+            return False
+        return any(messages_may_follow_as_log_events(span) for span in spans)
 
     def saw_trailing(self) -> bool:
         """The run showed data trailing a sample's root; True when that ended the quick phase

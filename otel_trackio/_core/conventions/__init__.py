@@ -62,7 +62,14 @@ from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.values import as_float, as_int, as_text
 from otel_trackio.settings import TrackioSettings
 
-__all__ = ["NOTE_KEY", "NO_CONTENT_NOTE", "SpanFacts", "parse_json", "read_span_facts"]
+__all__ = [
+    "NOTE_KEY",
+    "NO_CONTENT_NOTE",
+    "SpanFacts",
+    "messages_may_follow_as_log_events",
+    "parse_json",
+    "read_span_facts",
+]
 
 _DEFAULT_SETTINGS = TrackioSettings()
 
@@ -84,6 +91,23 @@ PROVIDER_KEYS = (
     "llm.provider",
     "llm.system",
     *ai_sdk.PROVIDER_KEYS,
+)
+#: attribute names (and prefixes) that carry a model call's messages on its span, in any convention
+_MESSAGE_KEYS = (
+    otel_genai.SYSTEM_KEY,
+    otel_genai.INPUT_KEY,
+    otel_genai.OUTPUT_KEY,
+    "gen_ai.prompt",
+    "gen_ai.completion",
+    "llm.input_messages",
+    "llm.output_messages",
+    "input.value",
+    "output.value",
+    "ai.prompt",
+    "ai.response",
+    "events",
+    adk.REQUEST_KEY,
+    mlflow.PREFIX,
 )
 #: where a span's notes go in its metadata
 NOTE_KEY = "otel_trackio.note"
@@ -144,6 +168,19 @@ class SpanFacts:
             self.output_messages is not None and "output" not in self.value_sides
         )
 
+
+
+def messages_may_follow_as_log_events(span: SpanRecord) -> bool:
+    """True for a model call (``gen_ai.operation.name`` a generation) that carries no messages
+    of its own, in attributes or span events. Under the OTel GenAI conventions its messages,
+    when captured, then come as log events, which another processor exports on its own
+    schedule (the SDK's ``BatchLogRecordProcessor``: every second, and at shutdown)."""
+    operation = span.attributes.get("gen_ai.operation.name")
+    if not isinstance(operation, str) or operation not in GENERATION_OPERATIONS:
+        return False
+    if any(event.name.startswith("gen_ai.") for event in span.events):
+        return False
+    return not any(key.startswith(_MESSAGE_KEYS) for key in span.attributes)
 
 def read_span_facts(span: SpanRecord, settings: TrackioSettings | None = None) -> SpanFacts:
     """Collect kind, model, usage, cost, input/output and chat messages from one span.
