@@ -82,13 +82,19 @@ def any_value(value: common_pb2.AnyValue) -> Any:
     return getattr(value, kind)
 
 
+_NESTED = frozenset({"array_value", "kvlist_value"})
+
+
 def attributes(pairs: Iterable[common_pb2.KeyValue]) -> dict[str, Any]:
-    """OTLP key-value pairs as a dict; pairs without a value are left out."""
+    """OTLP key-value pairs as a dict; pairs without a value are left out. A scalar (nearly
+    every attribute) is read in place: no Python call per value."""
     out: dict[str, Any] = {}
     for pair in pairs:
-        value = any_value(pair.value)
-        if value is not None:
-            out[pair.key] = value
+        value = pair.value
+        kind = value.WhichOneof("value")
+        if kind is None:
+            continue
+        out[pair.key] = any_value(value) if kind in _NESTED else getattr(value, kind)
     return out
 
 
