@@ -255,9 +255,8 @@ class Receiver:
         ).start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
+            if all(_listening(port) for port in (self.port, self.grpc_port)):
+                return
             time.sleep(0.1)
         raise RuntimeError("otel-trackio serve did not start")
 
@@ -267,6 +266,13 @@ class Receiver:
 
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=timeout)
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def cleanup() -> None:

@@ -1,13 +1,17 @@
 """Figures 3 and 4: end-to-end cost of getting rollout samples durably into Trackio storage.
 
-Figure 3 — spans in → Traces durable after shutdown, vs Trackio alone:
-  * ours: the workload's finished SDK spans (built untimed) go through
-    ``TrackioSpanExporter.export()`` in batches of 512, then ``shutdown()`` (which finishes the
-    run, so everything is written to SQLite);
+Figure 3 — spans in → Traces durable, each path against its limit, Trackio alone:
   * Trackio alone: the same samples as pre-built ``trackio.Trace`` objects (built untimed, by our
     converter, so the payload is identical) logged with one ``run.log({key: [...]}, step=s)`` per
-    step, then ``run.finish()``.
-  Throughput ratio = Trackio-alone seconds / ours seconds (target >= 0.90).
+    step, then ``run.finish()``;
+  * in process: the workload's finished SDK spans (built untimed) through
+    ``TrackioSpanExporter(offload=False).export()`` in batches of 512, then ``shutdown()``;
+  * offload (the default): the same through ``TrackioSpanExporter()``; ``shutdown()`` returns once
+    the writer process has stored everything;
+  * receiver: the same spans sent by the official OTLP/gRPC exporter to ``otel-trackio serve``,
+    which is then stopped (it stores everything before it exits).
+  Each ratio = Trackio-alone seconds / the path's seconds (target >= 0.90 for each); CPU per
+  stored span counts every process (this one and its children: the writer, the receiver).
 
 Figure 4 — the whole rollout (emit + log + finish), the way verl's Trackio rollout-trace backend
 does it vs ours. verl's backend (``rollout_trace_op`` with ``backend="trackio"``) logs, for every
@@ -30,7 +34,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
+import time
 import uuid
 from typing import Any
 
@@ -50,17 +56,68 @@ PROJECT = "bench-e2e"
 KEY = "rollout/traces"
 
 
-def ours_from_spans(spans: list[Any]) -> tuple[float, str]:
+PATHS = ("in process", "offload", "receiver")
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that ended (the writer, the receiver)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds a running process has used so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settled_cpu_seconds(pid: int) -> float:
+    """Wait until a starting process is idle (its start-up done); its CPU seconds by then."""
+    used = process_cpu_seconds(pid)
+    while True:
+        time.sleep(0.3)
+        now = process_cpu_seconds(pid)
+        if now - used < 0.01:
+            return now
+        used = now
+
+
+def ours(spans: list[Any], path: str) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of every process, run name) of one path. The receiver and the
+    offload writer are started, and their start-up left out, before the clock starts: each runs
+    all along a run (the exporter starts its writer when it is made)."""
     run = uuid.uuid4().hex[:8]
+    receiver = w.Receiver(PROJECT, name=run) if path == "receiver" else None
+    exporter = None
     with w.quiet_stdout():
-        exporter = TrackioSpanExporter(project=PROJECT, name=run)
+        if receiver is None:
+            exporter = TrackioSpanExporter(project=PROJECT, name=run, offload=path == "offload")
+    helper = receiver.process.pid if receiver is not None else None
+    if exporter is not None and exporter.offloaded:
+        helper = exporter._offload.writer_pid  # type: ignore[union-attr]
+    started = settled_cpu_seconds(helper) if helper is not None else 0.0
+    cpu = cpu_seconds()
 
-        def go() -> None:
-            for batch in w.chunks(spans):
-                exporter.export(batch)
-            exporter.shutdown()
+    def go() -> None:
+        if exporter is not None:
+            with w.quiet_stdout():
+                for batch in w.chunks(spans):
+                    exporter.export(batch)
+                exporter.shutdown()
+            return
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-        return w.timed(go), run
+        assert receiver is not None
+        sender = OTLPSpanExporter(endpoint=receiver.grpc_url, insecure=True, timeout=120)
+        for batch in w.chunks(spans):
+            assert sender.export(batch).name == "SUCCESS", "the receiver refused a batch"
+        sender.shutdown()
+        receiver.stop()  # it stores everything before it exits
+
+    seconds = w.timed(go)
+    return seconds, cpu_seconds() - cpu - started, run
 
 
 def prebuilt_traces(spans: list[Any]) -> dict[int, list[trackio.Trace]]:
@@ -76,8 +133,9 @@ def prebuilt_traces(spans: list[Any]) -> dict[int, list[trackio.Trace]]:
     return by_step
 
 
-def trackio_alone(by_step: dict[int, list[trackio.Trace]]) -> tuple[float, str]:
+def trackio_alone(by_step: dict[int, list[trackio.Trace]]) -> tuple[float, float, str]:
     name = uuid.uuid4().hex[:8]
+    cpu = cpu_seconds()
     with w.quiet_stdout():
         run = trackio.init(project=PROJECT, name=name)
 
@@ -86,7 +144,8 @@ def trackio_alone(by_step: dict[int, list[trackio.Trace]]) -> tuple[float, str]:
                 run.log({KEY: traces}, step=step)
             run.finish()
 
-        return w.timed(go), name
+        seconds = w.timed(go)
+    return seconds, cpu_seconds() - cpu, name
 
 
 # -- verl-style: one flat Trace per traced operation, trackio.log inline -----------------------
@@ -185,45 +244,43 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     n = args.samples
+    spans_in = n * w.SPANS_PER_SAMPLE
 
     spans = w.collect_spans(n)
     by_step = prebuilt_traces(spans)
-    ours_from_spans(w.collect_spans(50))  # warm-up
-    best = {
-        "ours": float("inf"),
-        "alone": float("inf"),
-        "verl": float("inf"),
-        "rollout": float("inf"),
-    }
+    ours(w.collect_spans(50), "in process")  # warm-up
+    best = {name: float("inf") for name in ("alone", *PATHS, "verl", "rollout")}
+    cpu = {name: float("inf") for name in ("alone", *PATHS)}
     dropped = 0
     for r in range(args.rounds):
-        t, run = ours_from_spans(spans)
-        assert w.count_traces(PROJECT, run) == n, "ours: Traces missing in storage"
-        best["ours"] = min(best["ours"], t)
-        t2, run = trackio_alone(by_step)
+        seconds, used, run = trackio_alone(by_step)
         assert w.count_traces(PROJECT, run) == n, "trackio alone: Traces missing in storage"
-        best["alone"] = min(best["alone"], t2)
-        t3, run = verl_style(n)
+        best["alone"], cpu["alone"] = min(best["alone"], seconds), min(cpu["alone"], used)
+        line = [f"round {r + 1}: Trackio alone {seconds:.2f} s"]
+        for path in PATHS if r % 2 == 0 else PATHS[::-1]:
+            seconds, used, run = ours(spans, path)
+            assert w.count_traces(PROJECT, run) == n, f"{path}: Traces missing in storage"
+            best[path], cpu[path] = min(best[path], seconds), min(cpu[path], used)
+            line.append(f"{path} {seconds:.2f} s ({used / spans_in * 1e6:.0f} us CPU per span)")
+        seconds, run = verl_style(n)
         assert w.count_traces(PROJECT, run) == 4 * n, "verl-style: Traces missing in storage"
-        best["verl"] = min(best["verl"], t3)
-        t4, run, received = ours_rollout(n)
-        dropped = max(dropped, n * w.SPANS_PER_SAMPLE - received)
-        stored = w.count_traces(PROJECT, run)
-        best["rollout"] = min(best["rollout"], t4)
-        print(
-            f"round {r + 1}: spans->durable ours {t:.2f} s, pre-built Traces->durable {t2:.2f} s; "
-            f"verl-style rollout {t3:.2f} s ({4 * n} log calls), ours rollout {t4:.2f} s "
-            f"({stored} Traces stored, {n * w.SPANS_PER_SAMPLE - received} spans dropped by BSP)",
-            file=sys.stderr,
-        )
-    throughput = best["alone"] / best["ours"]
+        best["verl"] = min(best["verl"], seconds)
+        seconds, run, received = ours_rollout(n)
+        dropped = max(dropped, spans_in - received)
+        best["rollout"] = min(best["rollout"], seconds)
+        line.append(f"verl-style rollout {best['verl']:.2f} s, ours {seconds:.2f} s")
+        print("; ".join(line), file=sys.stderr)
+    ratios = {path: best["alone"] / best[path] for path in PATHS}
+    per_span = {name: cpu[name] / spans_in * 1e6 for name in cpu}
     speedup = best["verl"] / best["rollout"]
-    w.write_result(
-        f"3. end-to-end throughput vs pre-built Traces straight to Trackio, {n:,} samples",
-        f"{throughput:.2f}x",
-        ">= 0.90x",
-        throughput >= 0.90,
-    )
+    for path in PATHS:
+        w.write_result(
+            f"3. spans in -> Traces durable, {path} / Trackio alone, {n:,} samples "
+            f"(CPU per stored span {per_span[path]:.0f} vs {per_span['alone']:.0f} us)",
+            f"{ratios[path]:.2f}x",
+            ">= 0.90x",
+            ratios[path] >= 0.90,
+        )
     w.write_result(
         f"4. verl-style (flat Trace per op, 1 log each) time / ours, {n:,} samples",
         f"{speedup:.2f}x",
@@ -231,11 +288,12 @@ def main() -> None:
         speedup >= 2.0 and dropped == 0,
     )
     w.cleanup()
-    rate = n * w.SPANS_PER_SAMPLE / best["ours"]
+    paths = ", ".join(
+        f"{path} {ratios[path]:.2f}x ({per_span[path]:.0f} us CPU per span)" for path in PATHS
+    )
     print(
-        f"end-to-end throughput ratio (ours / pre-built Traces), {n:,} samples: {throughput:.2f}x "
-        f"(ours {best['ours']:.2f} s = {rate:,.0f} spans/s, Trackio alone {best['alone']:.2f} s; "
-        "target >= 0.90x)"
+        f"spans in -> Traces durable / Trackio alone ({best['alone']:.2f} s, "
+        f"{per_span['alone']:.0f} us CPU per span), {n:,} samples: {paths}; target >= 0.90x"
     )
     note = f", {dropped} spans dropped by the BSP" if dropped else ""
     print(

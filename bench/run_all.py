@@ -28,7 +28,7 @@ def plan(full: bool) -> list[tuple[str, list[str]]]:
         ("bench_rollout_overhead.py", ["--samples", samples, "--rounds", "3"]),
         ("bench_asyncio.py", ["--rounds", "20" if full else "12"]),
         ("bench_processor.py", []),
-        ("bench_end_to_end.py", ["--samples", samples if full else "1000", "--rounds", "2"]),
+        ("bench_end_to_end.py", ["--samples", samples, "--rounds", "2"]),
         ("bench_stragglers.py", ["--per-step", "4096", "--rounds", "2"]),
         ("bench_receiver.py", ["--samples", samples if full else "1000"]),
         ("bench_memory.py", ["--spans", "1000000" if full else "100000"]),
