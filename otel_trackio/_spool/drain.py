@@ -176,6 +176,17 @@ class Drainer:
         self._metric_memory = MetricMemory(self.path, fsync=self._fsync)
         self._pipelines: list[TracePipeline] = []
         self._origin: dict[int, Position] = {}  # id(span record) -> the entry it came in
+        # What takes each kind of entry (see _hand_over).
+        self._takers: dict[int, Callable[[Entry], bool]] = {
+            codec.SPANS: self._take_spans,
+            codec.EVENTS: self._take_events,
+            codec.EXPECT_LOGS: self._take_expect_logs,
+            codec.METRICS: self._take_metrics,
+            codec.FLUSH: self._take_flush,
+            codec.STEP: self._take_step,
+            codec.OPEN_SPANS: self._take_open_spans,
+            codec.CLOSE: self._take_close,
+        }
         self._saved_oldest: Position | None = None
         self._saved: Checkpoint | None = None  # the last checkpoint written
         self._last_checkpoint = 0.0
@@ -259,69 +270,88 @@ class Drainer:
             return True
 
     def _hand_over(self, entry: Entry) -> bool:
-        recovering = self._recovering_until is not None
-        if recovering:
+        """Hand one entry to what takes its kind (an unknown kind is skipped)."""
+        if self._recovering_until is not None:
             self.stats.replayed_entries += 1
-        if entry.kind == codec.SPANS:
-            route, records = codec.decode_spans(entry.payload)
-            target = self._destination(route)
-            if target is None:
-                return True
-            self._track(target.spans)
-            for record in records:
-                self._origin[id(record)] = entry.start
-                if recovering:
-                    self._replayed.add(record.span_id)
-            self.stats.spans += len(records)
-            return target.spans.add(records, timeout_seconds=None)  # never give spooled data up
-        if entry.kind == codec.EVENTS:
-            route, events = codec.decode_events(entry.payload)
-            target = self._destination(route)
-            if target is None:
-                return True
-            self._track(target.spans)
-            for event in events:
-                self._origin[id(event.event)] = entry.start
-            return target.spans.add_events(events, timeout_seconds=None)
-        if entry.kind == codec.EXPECT_LOGS:
-            target = self._destination((None, None))
-            if target is not None:
-                target.spans.expect_log_events()
-        elif entry.kind == codec.METRICS:
-            route, request = codec.decode_metrics(entry.payload)
-            target = self._destination(route)
-            # Metrics are logged as they come: skip those a previous drainer surely logged;
-            # what it remembered tells the in-flight ones, and requests sent again, apart.
-            if target is not None and entry.start >= self._metrics_logged_until:
-                self._export_metrics(target, route, request)
-        elif entry.kind == codec.FLUSH:
-            flush = codec.decode_flush(entry.payload)
-            number = flush.number
-            if number <= self.flushed:
-                return True  # served before a restart
-            if self._open_roots is not None:
-                self._open_roots.update(flush.open_roots)
-            own = self._destination(NO_ROUTE)
-            if own is not None:  # its open spans may be all a sample has (none ended yet)
-                self._track(own.spans)
-            ok = True
-            for pipeline in self._pipelines:  # the producer's open spans join their samples
-                ok = pipeline.flush(open_spans=flush.open_spans) and ok
-            self.stats.flushes += 1
-            if not ok:  # served once what it asked for is stored (see retry)
-                self._unserved_flush = number
-                return False
-            self.flushed = number
+        take = self._takers.get(entry.kind)
+        return True if take is None else take(entry)
+
+    def _pipeline_of(self, route: Route) -> TracePipeline | None:
+        """The span pipeline of a route's run, its samples' origins tracked (None: no run)."""
+        target = self._destination(route)
+        if target is None:
+            return None
+        self._track(target.spans)
+        return target.spans
+
+    def _take_spans(self, entry: Entry) -> bool:
+        route, records = codec.decode_spans(entry.payload)
+        pipeline = self._pipeline_of(route)
+        if pipeline is None:
             return True
-        elif entry.kind == codec.STEP:
-            target = self._destination(NO_ROUTE)
-            if target is not None:
-                target.spans.declare_step(codec.decode_step(entry.payload))
-        elif entry.kind == codec.OPEN_SPANS:
-            if self._open_roots is not None:
-                self._open_roots.report_open_spans(codec.decode_open_spans(entry.payload))
-        elif entry.kind == codec.CLOSE:
-            self.producer_closed = True
+        recovering = self._recovering_until is not None
+        for record in records:
+            self._origin[id(record)] = entry.start
+            if recovering:
+                self._replayed.add(record.span_id)
+        self.stats.spans += len(records)
+        return pipeline.add(records, timeout_seconds=None)  # never give spooled data up
+
+    def _take_events(self, entry: Entry) -> bool:
+        route, events = codec.decode_events(entry.payload)
+        pipeline = self._pipeline_of(route)
+        if pipeline is None:
+            return True
+        for event in events:
+            self._origin[id(event.event)] = entry.start
+        return pipeline.add_events(events, timeout_seconds=None)
+
+    def _take_expect_logs(self, entry: Entry) -> bool:
+        target = self._destination(NO_ROUTE)
+        if target is not None:
+            target.spans.expect_log_events()
+        return True
+
+    def _take_metrics(self, entry: Entry) -> bool:
+        route, request = codec.decode_metrics(entry.payload)
+        target = self._destination(route)
+        # Metrics are logged as they come: skip those a previous drainer surely logged; what it
+        # remembered tells the in-flight ones, and requests sent again, apart.
+        if target is not None and entry.start >= self._metrics_logged_until:
+            self._export_metrics(target, route, request)
+        return True
+
+    def _take_flush(self, entry: Entry) -> bool:
+        flush = codec.decode_flush(entry.payload)
+        number = flush.number
+        if number <= self.flushed:
+            return True  # served before a restart
+        if self._open_roots is not None:
+            self._open_roots.update(flush.open_roots)
+        self._pipeline_of(NO_ROUTE)  # its open spans may be all a sample has (none ended yet)
+        ok = True
+        for pipeline in self._pipelines:  # the producer's open spans join their samples
+            ok = pipeline.flush(open_spans=flush.open_spans) and ok
+        self.stats.flushes += 1
+        if not ok:  # served once what it asked for is stored (see retry)
+            self._unserved_flush = number
+            return False
+        self.flushed = number
+        return True
+
+    def _take_step(self, entry: Entry) -> bool:
+        target = self._destination(NO_ROUTE)
+        if target is not None:
+            target.spans.declare_step(codec.decode_step(entry.payload))
+        return True
+
+    def _take_open_spans(self, entry: Entry) -> bool:
+        if self._open_roots is not None:
+            self._open_roots.report_open_spans(codec.decode_open_spans(entry.payload))
+        return True
+
+    def _take_close(self, entry: Entry) -> bool:
+        self.producer_closed = True
         return True
 
     # -- stalls: a write or a checkpoint failing --------------------------------------------
