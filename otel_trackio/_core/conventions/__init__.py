@@ -301,11 +301,19 @@ _USAGE_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+_ALL_USAGE_KEYS = frozenset(key for _, keys in _USAGE_KEYS for key in keys)
+
+
 def _read_usage(attrs: Mapping[str, Any], consumed: set[str]) -> dict[str, int] | None:
+    if _ALL_USAGE_KEYS.isdisjoint(attrs):  # most spans carry no token count at all
+        return None
     usage: dict[str, int] = {}
     for target, keys in _USAGE_KEYS:
         for key in keys:
-            value = as_int(attrs.get(key))
+            raw = attrs.get(key)
+            if raw is None:
+                continue
+            value = as_int(raw)
             if value is None:  # 0 is a real count
                 continue
             usage.setdefault(target, value)
