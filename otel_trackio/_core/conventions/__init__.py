@@ -326,13 +326,20 @@ def _read_usage(attrs: Mapping[str, Any], consumed: set[str]) -> dict[str, int] 
     return usage
 
 
+_COST_KEYS = ("llm.cost.total", "gen_ai.usage.cost", "gen_ai.cost.total")
+_COST_PART_KEYS = ("llm.cost.prompt", "llm.cost.completion")
+_ALL_COST_KEYS = frozenset(_COST_KEYS + _COST_PART_KEYS)
+
+
 def _read_cost(attrs: Mapping[str, Any], consumed: set[str]) -> float | None:
-    for key in ("llm.cost.total", "gen_ai.usage.cost", "gen_ai.cost.total"):
+    if _ALL_COST_KEYS.isdisjoint(attrs):  # most spans carry no cost
+        return None
+    for key in _COST_KEYS:
         value = as_float(attrs.get(key))
         if value is not None:
             consumed.add(key)
             return value
-    parts = [as_float(attrs.get(k)) for k in ("llm.cost.prompt", "llm.cost.completion")]
+    parts = [as_float(attrs.get(k)) for k in _COST_PART_KEYS]
     if any(p is not None for p in parts):
         return sum(p for p in parts if p is not None)
     return None
