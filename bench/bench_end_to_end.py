@@ -51,6 +51,7 @@ from otel_trackio import TrackioSpanExporter
 from otel_trackio._codec.sdk import record_from_readable_span
 from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.convert import sample_to_trace
+from otel_trackio._offload.watch import cpu_times
 
 PROJECT = "bench-e2e"
 KEY = "rollout/traces"
@@ -67,10 +68,9 @@ def cpu_seconds() -> float:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """CPU seconds a running process has used so far (Linux ``/proc``)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds a running process has used so far (every thread; Linux)."""
+    times = cpu_times(pid)
+    return times.running / 1e9 if times is not None else 0.0
 
 
 def settled_cpu_seconds(pid: int) -> float:

@@ -274,3 +274,33 @@ def npm_ci() -> None:
     )
     assert result.returncode == 0, result.stderr[-4000:]
     stamp.write_text(digest)
+
+
+class OffloadWithLogEvents:
+    """An offloading span exporter on ``tracer_provider`` with a ``TrackioLogExporter`` feeding
+    its writer, as a process sending GenAI log events runs them: ``tracer`` and ``logger`` to
+    emit with, :meth:`send_log_events` to export the events emitted so far (what the log
+    processor does on its schedule)."""
+
+    def __init__(self, project: str, name: str, tracer_provider: Any) -> None:
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import (
+            InMemoryLogRecordExporter,
+            SimpleLogRecordProcessor,
+        )
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+        from otel_trackio import TrackioLogExporter, TrackioSpanExporter
+
+        self.spans = TrackioSpanExporter(project, name, offload=True)
+        self.logs = TrackioLogExporter(self.spans)  # the writer holds samples for their events
+        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.tracer = tracer_provider.get_tracer("t")
+        self._recorded = InMemoryLogRecordExporter()
+        logger_provider = LoggerProvider()
+        logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self._recorded))
+        self.logger = logger_provider.get_logger("genai")
+
+    def send_log_events(self) -> None:
+        self.logs.export(self._recorded.get_finished_logs())
+        self._recorded.clear()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import SERVE, read_traces, wait_until
+from conftest import SERVE, OffloadWithLogEvents, read_traces, wait_until
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -590,34 +590,22 @@ def test_offloaded_log_events_join_their_samples_in_either_order_and_survive_a_w
     project, tracer_provider
 ):
     from opentelemetry._logs import LogRecord
-    from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 
-    from otel_trackio import TrackioLogExporter
-
-    spans = TrackioSpanExporter(project, "events", offload=True)
-    logs = TrackioLogExporter(spans)  # the writer holds samples for their log events
-    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
-    tracer = tracer_provider.get_tracer("t")
-    recorded = InMemoryLogRecordExporter()
-    logger_provider = LoggerProvider()
-    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(recorded))
-    logger = logger_provider.get_logger("genai")
+    rollouts = OffloadWithLogEvents(project, "events", tracer_provider)
+    spans, logs, tracer = rollouts.spans, rollouts.logs, rollouts.tracer
 
     def sample(index: int, events_first: bool) -> None:
         with tracer.start_as_current_span("rollout", attributes={"step": 1, "sample_index": index}):
             with tracer.start_as_current_span(
                 "chat m", attributes={"gen_ai.operation.name": "chat"}
             ):
-                logger.emit(
+                rollouts.logger.emit(
                     LogRecord(event_name="gen_ai.user.message", body={"content": f"q{index}"})
                 )
                 if events_first:  # the log processor exports before the span ends
-                    logs.export(recorded.get_finished_logs())
-                    recorded.clear()
+                    rollouts.send_log_events()
         if not events_first:  # ... or after the whole sample went out
-            logs.export(recorded.get_finished_logs())
-            recorded.clear()
+            rollouts.send_log_events()
 
     for index in range(10):
         sample(index, events_first=index % 2 == 0)

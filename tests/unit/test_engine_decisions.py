@@ -3,10 +3,8 @@ through the offload checkpoint, the latest step, the process-wide settings (issu
 
 from __future__ import annotations
 
-from conftest import read_traces
+from conftest import OffloadWithLogEvents, read_traces
 from opentelemetry._logs import LogRecord
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_trackio import TrackioLogExporter, TrackioSpanExporter, set_step
@@ -47,21 +45,16 @@ def test_a_hand_built_exporter_does_not_change_the_process_wide_settings(project
 
 
 def test_offloaded_stats_keep_every_counter_of_the_writer(project, tracer_provider):
-    spans = TrackioSpanExporter(project, "stats", offload=True)
+    rollouts = OffloadWithLogEvents(project, "stats", tracer_provider)
+    spans, logs, tracer = rollouts.spans, rollouts.logs, rollouts.tracer
     assert spans.offloaded is not None
-    logs = TrackioLogExporter(spans)
-    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
-    tracer = tracer_provider.get_tracer("t")
-    recorded = InMemoryLogRecordExporter()
-    logger_provider = LoggerProvider()
-    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(recorded))
-    logger = logger_provider.get_logger("genai")
     for index in range(3):
         with tracer.start_as_current_span("rollout", attributes={"step": 1, "sample_index": index}):
             with tracer.start_as_current_span("chat", attributes={"gen_ai.operation.name": "chat"}):
-                logger.emit(LogRecord(event_name="gen_ai.user.message", body={"content": "q"}))
-                logs.export(recorded.get_finished_logs())
-                recorded.clear()
+                rollouts.logger.emit(
+                    LogRecord(event_name="gen_ai.user.message", body={"content": "q"})
+                )
+                rollouts.send_log_events()
     assert spans.force_flush(60_000)
     stats = spans.stats
     logs.shutdown()

@@ -92,23 +92,6 @@ PROVIDER_KEYS = (
     "llm.system",
     *ai_sdk.PROVIDER_KEYS,
 )
-#: attribute names (and prefixes) that carry a model call's messages on its span, in any convention
-_MESSAGE_KEYS = (
-    otel_genai.SYSTEM_KEY,
-    otel_genai.INPUT_KEY,
-    otel_genai.OUTPUT_KEY,
-    "gen_ai.prompt",
-    "gen_ai.completion",
-    "llm.input_messages",
-    "llm.output_messages",
-    "input.value",
-    "output.value",
-    "ai.prompt",
-    "ai.response",
-    "events",
-    adk.REQUEST_KEY,
-    mlflow.PREFIX,
-)
 #: where a span's notes go in its metadata
 NOTE_KEY = "otel_trackio.note"
 #: span metadata note on a model call whose instrumentation sent placeholders for its messages
@@ -169,7 +152,6 @@ class SpanFacts:
         )
 
 
-
 def messages_may_follow_as_log_events(span: SpanRecord) -> bool:
     """True for a model call (``gen_ai.operation.name`` a generation) that carries no messages
     of its own, in attributes or span events. Under the OTel GenAI conventions its messages,
@@ -181,6 +163,7 @@ def messages_may_follow_as_log_events(span: SpanRecord) -> bool:
     if any(event.name.startswith("gen_ai.") for event in span.events):
         return False
     return not any(key.startswith(_MESSAGE_KEYS) for key in span.attributes)
+
 
 def read_span_facts(span: SpanRecord, settings: TrackioSettings | None = None) -> SpanFacts:
     """Collect kind, model, usage, cost, input/output and chat messages from one span.
@@ -396,6 +379,23 @@ def _read_messages(
 
 _INPUT_KEYS = ("input.value", "traceloop.entity.input")
 _OUTPUT_KEYS = ("output.value", "traceloop.entity.output")
+#: attribute names and prefixes that carry a model call's messages on its span, in any convention
+#: (see :func:`messages_may_follow_as_log_events`)
+_MESSAGE_KEYS = (
+    otel_genai.SYSTEM_KEY,
+    otel_genai.INPUT_KEY,
+    otel_genai.OUTPUT_KEY,
+    *_FLAT_PREFIXES,
+    *_INPUT_KEYS,
+    *_OUTPUT_KEYS,
+    "gen_ai.prompt",  # the older one-attribute forms
+    "gen_ai.completion",
+    "ai.prompt",
+    "ai.response",
+    "events",  # pydantic-ai before its instrumentation version 2
+    adk.REQUEST_KEY,
+    mlflow.PREFIX,
+)
 # pydantic-ai's instrumentation version 2 names its tool I/O ``tool_arguments`` / ``tool_response``.
 _TOOL_INPUT_KEYS = (
     "gen_ai.tool.call.arguments",
