@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from otel_trackio._trackio.installed import (
     forget_active_run,
     is_remote,
     lost,
+    reserved_keys,
     run_id,
 )
 from otel_trackio._trackio.payloads import as_table, trace_entries
@@ -188,7 +190,53 @@ class TrackioSink:
             entry: dict[str, Any] = {key: trace_entries(traces)}
             if table is not None and table[1]:
                 entry[table[0]] = as_table(table[1])
+            elif self._write_now(key, entry, step):
+                return
             self.run.log(entry, step=step)
+
+    def _write_now(self, key: str, entry: dict[str, Any], step: int) -> bool:
+        """Write a log entry of Traces to storage on this thread, the way Trackio's own writer
+        thread writes what ``run.log`` queued (``Run._write_logs_to_sqlite``), skipping the deep
+        copy ``run.log`` makes of every value first (our Trace payloads are fresh JSON data that
+        nothing changes later; storage serialises them again as it writes). True when written
+        (or failed in a way :meth:`flush` reports); False when ``run.log`` must take it: a
+        remote run, a run whose config is still to be logged with its first entry, a reserved
+        key, a Trackio without these members, or Trackio's writer thread busy writing (the
+        entry then waits for :meth:`flush`, as any queued entry)."""
+        run: Any = self.run
+        write = getattr(run, "_write_logs_to_sqlite", None)
+        lock: Any = getattr(run, "_client_lock", None)
+        next_step = getattr(run, "_next_step", None)
+        if (
+            write is None
+            or lock is None
+            or not isinstance(next_step, int)
+            or not (getattr(run, "_config_logged", False) or not getattr(run, "config", None))
+            or key in reserved_keys()
+            or key.startswith("__")
+            or is_remote(run)
+        ):
+            return False
+        if not lock.acquire(blocking=False):
+            return False
+        try:
+            write(
+                [
+                    {
+                        "project": run.project,
+                        "run": run.name,
+                        "run_id": run_id(run),
+                        "metrics": entry,
+                        "step": step,
+                        "config": None,
+                        "log_id": uuid.uuid4().hex,
+                    }
+                ]
+            )
+            run._next_step = max(run._next_step, step + 1)
+        finally:
+            lock.release()
+        return True
 
     def log_table(self, key: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:
         """Log plain rows (the same columns, in order) as one ``trackio.Table`` at ``step``:

@@ -234,3 +234,85 @@ def test_a_sink_built_on_one_thread_logs_from_another(project):
     sink.release()
     assert not errors
     assert [t["step"] for t in _traces(project, "threads")] == [9]
+
+
+def _stored_trace_rows(project: str, run: str) -> list[tuple[Any, ...]]:
+    """Every column Trackio stores for each Trace of ``run`` but the ids made per log call (the
+    row id and log id, and the search text's first word, which is that row id)."""
+    import sqlite3
+
+    with sqlite3.connect(SQLiteStorage.get_project_db_path(project)) as db:
+        rows = db.execute(
+            "SELECT step, key, trace_index, messages, metadata, spans, search_text "
+            "FROM traces WHERE run_name = ? ORDER BY step, trace_index",
+            (run,),
+        ).fetchall()
+    return [(*row[:6], row[6].split(" ", 1)[1]) for row in rows]
+
+
+AWKWARD_TRACE = {
+    "messages": [
+        {"role": "user", "content": 'ünïcödé \u2028 and a "quote"'},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "arguments": "{}"}]},
+    ],
+    # Non-finite floats never reach a payload: the converter writes them as text ("nan").
+    "metadata": {"step": 3, "reward": "nan", "big": 1e308, "tags": ["a", "b"], "ok": True},
+    "spans": [{"id": "00000000000000bb", "name": "chat", "kind": "llm", "metadata": {"n": None}}],
+}
+
+
+def test_traces_written_on_the_exporters_thread_are_stored_as_run_log_stores_them(project):
+    """Trace entries skip ``run.log``'s deep copy and go to storage the way Trackio's own writer
+    thread writes them: what is stored must not change, value for value."""
+    direct = TrackioSink(project, "direct")
+    queued_run = trackio.init(project=project, name="queued")
+    queued = TrackioSink(run=PublicOnlyRun(queued_run))  # public surface only: run.log
+    run: Any = direct.run
+    written_here: list[int] = []
+    write = run._write_logs_to_sqlite
+
+    def spy(logs: list[Any]) -> None:
+        if threading.current_thread() is threading.main_thread():
+            written_here.append(len(logs))
+        write(logs)
+
+    run._write_logs_to_sqlite = spy
+    try:
+        for sink in (direct, queued):
+            sink.log_traces("traces", [TRACE, AWKWARD_TRACE], step=3)
+            sink.log_traces("traces", [AWKWARD_TRACE], step=5)
+            assert sink.flush()
+        wait_until(lambda: len(_traces(project, "queued")) == 3, "run.log's Traces stored")
+        assert _stored_trace_rows(project, "direct") == _stored_trace_rows(project, "queued")
+        assert len(_stored_trace_rows(project, "direct")) == 3
+        assert written_here == [1, 1]  # each entry written on the logging thread, not queued
+        assert direct.next_step() == 6  # the run's step clock moves as run.log moves it
+    finally:
+        direct.release()
+        queued.release()
+        queued_run.finish()
+
+
+def test_a_trace_entry_waits_for_the_flush_while_trackios_writer_thread_writes(project):
+    sink = TrackioSink(project, "busy-writer")
+    run: Any = sink.run
+    try:
+        with run._client_lock:  # Trackio's thread is writing: the entry is queued, not waited on
+            sink.log_traces("traces", [TRACE], step=2)
+            assert _traces(project, "busy-writer") == []
+        assert sink.flush()
+        assert [t["step"] for t in _traces(project, "busy-writer")] == [2]  # once
+    finally:
+        sink.release()
+
+
+def test_a_runs_config_is_stored_with_its_first_traces(project):
+    sink = TrackioSink(project, "configured", init_kwargs={"config": {"lr": 0.1}})
+    try:
+        sink.log_traces("traces", [TRACE], step=1)  # the first entry carries the config
+        sink.log_traces("traces", [TRACE], step=2)
+        assert sink.flush()
+        assert SQLiteStorage.get_run_config(project, "configured")["lr"] == 0.1
+        assert [t["step"] for t in _traces(project, "configured")] == [1, 2]
+    finally:
+        sink.release()
