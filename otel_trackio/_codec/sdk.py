@@ -105,9 +105,7 @@ def _row_from_slots(span: ReadableSpan) -> tuple[SpanRow, Any]:
         span._start_time,
         span._end_time,
         _plain(span._attributes),
-        tuple((e.name, e.timestamp or 0, _plain(e.attributes) or {}) for e in events)
-        if events
-        else None,
+        _event_rows(events) if events else None,
         (status._status_code._value_, status._description) if status is not None else (0, None),
         span._kind._value_ if span._kind is not None else 0,
         span._resource,
@@ -148,6 +146,8 @@ def extend_rows(
                 parent is not None and parent.__class__ is not SpanContext
             ):
                 raise AttributeError("not the SDK's span context")
+            if events.__class__ is BoundedList:
+                events = events._dq  # type: ignore[attr-defined]  # its deque, no lock
             row: tuple[Any, ...] = (
                 context[0],
                 context[1],
@@ -159,7 +159,7 @@ def extend_rows(
                 (attributes._dict or None)
                 if attributes.__class__ is BoundedAttributes
                 else _plain(attributes),
-                _events_of(events),
+                _event_rows(events) if events else None,
                 status._status_code._value_ if status is not None else 0,
                 status._description if status is not None else None,
                 span._kind._value_ if span._kind is not None else 0,
@@ -179,13 +179,9 @@ def extend_rows(
 _UNSEEN = object()
 
 
-def _events_of(events: Any) -> tuple[Any, ...] | None:
-    """A span's events as rows, None when it has none (a ``BoundedList`` read through its
-    deque: its ``__len__`` is Python code, a microsecond per span)."""
-    if events.__class__ is BoundedList:
-        events = events._dq  # type: ignore[attr-defined]  # the list's deque, without its lock
-    if not events:
-        return None
+def _event_rows(events: Any) -> tuple[Any, ...]:
+    """A span's events (a sequence; a ``BoundedList``'s deque, since the list's ``__len__`` is
+    Python code, a microsecond per span) as rows."""
     return tuple((e.name, e.timestamp or 0, _plain(e.attributes) or {}) for e in events)
 
 
