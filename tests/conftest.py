@@ -135,6 +135,15 @@ def wait_until(condition, what: str = "the condition", timeout: float = 90.0) ->
         time.sleep(0.05)
 
 
+def project_db_rows(project: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The rows of one SQL query on a project's Trackio database, read raw (every run, whatever
+    its name: ``get_traces`` shows one of several runs sharing a name)."""
+    import sqlite3
+
+    with sqlite3.connect(SQLiteStorage.get_project_db_path(project)) as db:
+        return db.execute(sql, params).fetchall()
+
+
 def read_traces(project: str, run: str | None = None) -> list[dict]:
     """Every Trace stored for a project (of one run, or of all its runs), oldest first."""
     runs = [run] if run is not None else SQLiteStorage.get_runs(project)

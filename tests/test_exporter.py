@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import trackio
-from conftest import read_traces, trace_id, trace_usage
+from conftest import project_db_rows, read_traces, trace_id, trace_usage
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -175,16 +175,8 @@ def test_children_exported_in_another_call_than_their_root(project):
 
 def _log_entries_per_step(project: str, run: str) -> dict[int, int]:
     """How many log entries (Trackio's ``log_id``) hold the run's Traces, per step."""
-    import sqlite3
-
-    from trackio.sqlite_storage import SQLiteStorage
-
-    with sqlite3.connect(SQLiteStorage.get_project_db_path(project)) as db:
-        rows = db.execute(
-            "SELECT step, COUNT(DISTINCT log_id) FROM traces WHERE run_name = ? GROUP BY step",
-            (run,),
-        ).fetchall()
-    return dict(rows)
+    query = "SELECT step, COUNT(DISTINCT log_id) FROM traces WHERE run_name = ? GROUP BY step"
+    return dict(project_db_rows(project, query, (run,)))
 
 
 def test_each_export_logs_one_batch_per_step(project):

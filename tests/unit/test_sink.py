@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import trackio
-from conftest import wait_until
+from conftest import project_db_rows, wait_until
 from trackio import context_vars
 from trackio.sqlite_storage import SQLiteStorage
 
@@ -239,14 +239,12 @@ def test_a_sink_built_on_one_thread_logs_from_another(project):
 def _stored_trace_rows(project: str, run: str) -> list[tuple[Any, ...]]:
     """Every column Trackio stores for each Trace of ``run`` but the ids made per log call (the
     row id and log id, and the search text's first word, which is that row id)."""
-    import sqlite3
-
-    with sqlite3.connect(SQLiteStorage.get_project_db_path(project)) as db:
-        rows = db.execute(
-            "SELECT step, key, trace_index, messages, metadata, spans, search_text "
-            "FROM traces WHERE run_name = ? ORDER BY step, trace_index",
-            (run,),
-        ).fetchall()
+    rows = project_db_rows(
+        project,
+        "SELECT step, key, trace_index, messages, metadata, spans, search_text "
+        "FROM traces WHERE run_name = ? ORDER BY step, trace_index",
+        (run,),
+    )
     return [(*row[:6], row[6].split(" ", 1)[1]) for row in rows]
 
 
