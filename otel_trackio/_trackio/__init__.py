@@ -15,8 +15,7 @@ with one warning, and Trackio's public behaviour is used instead):
 - ``Run._flush_queues_inline``, ``Run._client_lock``, ``Run._is_local``: what was logged is
   written before ``export()`` returns (durable exports). Without: Trackio's own thread writes it
   within about 0.5 s.
-- ``Run._write_logs_to_sqlite``, ``Run._config_logged``, ``trackio.utils.to_json_safe`` (with
-  ``_client_lock`` and ``_next_step``):
+- ``Run._write_logs_to_sqlite``, ``Run._config_logged`` (with ``_client_lock`` and ``_next_step``):
   a log entry of Traces is written to storage on the logging thread, as Trackio's writer thread
   writes it, without the deep copy ``run.log`` makes of every value first. Without: ``run.log``
   (the same rows, stored more slowly).

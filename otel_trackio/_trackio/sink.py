@@ -20,7 +20,6 @@ from otel_trackio._trackio.installed import (
     forget_active_run,
     is_remote,
     lost,
-    module,
     reserved_keys,
     run_id,
 )
@@ -201,21 +200,18 @@ class TrackioSink:
         copy ``run.log`` makes of every value first (our Trace payloads are fresh JSON data that
         nothing changes later; storage serialises them again as it writes). True when written
         (or failed in a way :meth:`flush` reports); False when ``run.log`` must take it: a
-        remote run, a reserved key, a Trackio without these members, or Trackio's writer thread
-        busy writing (the entry then waits for :meth:`flush`, as any queued entry). The run's
-        config goes with its first entry, as ``run.log`` sends it."""
+        remote run, a run whose config is still to be logged with its first entry, a reserved
+        key, a Trackio without these members, or Trackio's writer thread busy writing (the
+        entry then waits for :meth:`flush`, as any queued entry)."""
         run: Any = self.run
         write = getattr(run, "_write_logs_to_sqlite", None)
         lock: Any = getattr(run, "_client_lock", None)
         next_step = getattr(run, "_next_step", None)
-        config_logged = getattr(run, "_config_logged", None)
-        json_safe = getattr(getattr(module(), "utils", None), "to_json_safe", None)
         if (
             write is None
             or lock is None
-            or json_safe is None
             or not isinstance(next_step, int)
-            or not isinstance(config_logged, bool)
+            or not (getattr(run, "_config_logged", False) or not getattr(run, "config", None))
             or key in reserved_keys()
             or key.startswith("__")
             or is_remote(run)
@@ -224,7 +220,6 @@ class TrackioSink:
         if not lock.acquire(blocking=False):
             return False
         try:
-            config = None if config_logged or not run.config else json_safe(run.config)
             write(
                 [
                     {
@@ -233,13 +228,12 @@ class TrackioSink:
                         "run_id": run_id(run),
                         "metrics": entry,
                         "step": step,
-                        "config": config,
+                        "config": None,
                         "log_id": uuid.uuid4().hex,
                     }
                 ]
             )
             run._next_step = max(run._next_step, step + 1)
-            run._config_logged = True
         finally:
             lock.release()
         return True
