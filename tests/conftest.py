@@ -10,6 +10,8 @@ import os
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +144,23 @@ def project_db_rows(project: str, sql: str, params: tuple[Any, ...] = ()) -> lis
 
     with sqlite3.connect(SQLiteStorage.get_project_db_path(project)) as db:
         return db.execute(sql, params).fetchall()
+
+
+# Trackio's own warning of the write that storage_write_failing makes fail.
+TRACKIO_WRITE_WARNING = pytest.mark.filterwarnings("ignore:trackio failed to flush:UserWarning")
+
+
+@contextmanager
+def storage_write_failing(project: str) -> Iterator[None]:
+    """Trackio's storage refuses writes: its project lock file cannot be opened (a directory
+    stands in its place), so every ``bulk_log`` fails at once, as a held lock does after 10 s."""
+    lock = Path(SQLiteStorage._get_process_lock(project).lockfile_path)
+    lock.unlink(missing_ok=True)
+    lock.mkdir()
+    try:
+        yield
+    finally:
+        lock.rmdir()
 
 
 def read_traces(project: str, run: str | None = None) -> list[dict]:

@@ -63,21 +63,33 @@ def _scalar(project: str, run: str, name: str) -> dict[int, float]:
 
 
 class _Recorder:
-    """Wraps a real run's ``log`` and ``finish`` to record their order (the calls still happen)."""
+    """Wraps a real run's ``log``, storage writes and ``finish`` to record their order (the
+    calls still happen): ("log", keys) per ``run.log``, ("write", keys) per entry written to
+    storage before ``finish`` began, ("finish", ()) once."""
 
     def __init__(self, run) -> None:
         self.events: list[tuple[str, tuple[str, ...]]] = []
         original_log, original_finish = run.log, run.finish
+        original_write = run._write_logs_to_sqlite
+        finishing = False
 
         def log(metrics, *args, **kwargs):
             self.events.append(("log", tuple(sorted(metrics))))
             return original_log(metrics, *args, **kwargs)
 
+        def write(logs):
+            if not finishing:
+                self.events.extend(("write", tuple(sorted(entry["metrics"]))) for entry in logs)
+            return original_write(logs)
+
         def finish(*args, **kwargs):
+            nonlocal finishing
+            finishing = True
             self.events.append(("finish", ()))
             return original_finish(*args, **kwargs)
 
         run.log = log
+        run._write_logs_to_sqlite = write
         run.finish = finish
 
 
@@ -173,10 +185,10 @@ def test_shutdown_flushes_spans_and_metrics_before_the_run_finishes(project, off
 
     kinds = [kind for kind, _ in recorder.events]
     assert kinds[-1] == "finish" and kinds.count("finish") == 1
-    logged = {key for kind, keys in recorder.events if kind == "log" for key in keys}
-    # Offloaded, the writer process logs the Traces and the metrics (it is done before
-    # shutdown() returns); this process's run object, opened by handle.run, logs nothing.
-    assert logged == set() if offload else {"rollout/traces", "reward.mean"} <= logged
+    written = {key for kind, keys in recorder.events if kind == "write" for key in keys}
+    # Offloaded, the writer process stores the Traces and the metrics (it is done before
+    # shutdown() returns); this process's run object, opened by handle.run, writes nothing.
+    assert written == set() if offload else {"rollout/traces", "reward.mean"} <= written
     traces = read_traces(project, "r")
     complete = [t for t in traces if not t["metadata"].get("partial")]
     partial = [t for t in traces if t["metadata"].get("partial")]

@@ -60,6 +60,10 @@ class Converter:
             return bare_trace(sample, repr(exc))
 
 
+#: How long the conversion beside a rollout keeps the GIL before it hands it over (seconds).
+YIELD_EVERY_SECONDS = 0.001
+
+
 def by_step(
     samples: Iterable[Sample],
     convert: Callable[[Sample], TraceDict],
@@ -69,14 +73,17 @@ def by_step(
     """Each step's samples with their Trace dicts, in sample order within a step.
 
     ``beside_rollout``: the conversion shares its process with the rollout (in process), so it
-    hands the GIL over between samples: a rollout thread waking from a model call would otherwise
-    wait up to the interpreter's switch interval for it. A writer process or the receiver has
-    no rollout to hand it to."""
+    hands the GIL over once it has held it for ``YIELD_EVERY_SECONDS``: a rollout thread waking
+    from a model call would otherwise wait up to the interpreter's switch interval (5 ms) for it.
+    Handing it over after every sample instead would cost a sleep and two thread switches per
+    sample. A writer process or the receiver has no rollout to hand it to."""
     steps: dict[int, list[tuple[Sample, TraceDict]]] = {}
+    held_since = time.perf_counter()
     for sample in samples:
         steps.setdefault(sample.identity.step, []).append((sample, convert(sample)))
-        if beside_rollout:
+        if beside_rollout and time.perf_counter() - held_since >= YIELD_EVERY_SECONDS:
             time.sleep(0)
+            held_since = time.perf_counter()
     for converted in steps.values():
         converted.sort(key=lambda pair: sample_order(pair[0]))
     return steps

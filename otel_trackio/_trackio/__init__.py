@@ -15,10 +15,11 @@ with one warning, and Trackio's public behaviour is used instead):
 - ``Run._flush_queues_inline``, ``Run._client_lock``, ``Run._is_local``: what was logged is
   written before ``export()`` returns (durable exports). Without: Trackio's own thread writes it
   within about 0.5 s.
-- ``Run._write_logs_to_sqlite``, ``Run._config_logged`` (with ``_client_lock`` and ``_next_step``):
-  a log entry of Traces is written to storage on the logging thread, as Trackio's writer thread
-  writes it, without the deep copy ``run.log`` makes of every value first. Without: ``run.log``
-  (the same rows, stored more slowly).
+- ``Run._queued_logs``, ``Run._queue_lock``, ``Run._config_logged``, ``Run._next_step``,
+  ``trackio.utils.to_json_safe``: a log entry of Traces is queued as ``run.log`` queues it,
+  without the deep copy ``run.log`` makes of every value first, and everything queued until a
+  flush is written in one storage write. Without: ``run.log`` (the same rows, stored more
+  slowly).
 - ``Run._warned_failures``: failed storage writes (disk full, read-only) are detected and counted
   as lost samples. Without: they stay Trackio's own warnings.
 - ``Run._next_step``: step-less metrics follow the run's own step clock. Without: they follow the

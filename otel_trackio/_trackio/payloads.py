@@ -24,7 +24,7 @@ def _payload(trace: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def _trace_as_payload() -> bool:
+def payloads_as_stored() -> bool:
     """True when our payload dict is what ``trackio.Trace._to_dict`` stores for the same Trace."""
     sample: dict[str, Any] = {
         "messages": [{"role": "user", "content": "q"}],
@@ -50,7 +50,7 @@ def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
     JSON with no media, and Trackio's deep copy of every trace is skipped. When the installed
     Trackio stores Traces differently, ``trackio.Trace`` objects are logged instead.
     """
-    if _trace_as_payload():
+    if payloads_as_stored():
         return [_payload(t) for t in traces]
     lost("Trace._to_dict in the shape of 0.43", "Traces are logged as trackio.Trace objects")
     trackio = module()

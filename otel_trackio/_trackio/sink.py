@@ -20,10 +20,11 @@ from otel_trackio._trackio.installed import (
     forget_active_run,
     is_remote,
     lost,
+    module,
     reserved_keys,
     run_id,
 )
-from otel_trackio._trackio.payloads import as_table, trace_entries
+from otel_trackio._trackio.payloads import as_table, payloads_as_stored, trace_entries
 from otel_trackio._trackio.runs import (
     OWNED,
     REGISTRY_LOCK,
@@ -190,52 +191,54 @@ class TrackioSink:
             entry: dict[str, Any] = {key: trace_entries(traces)}
             if table is not None and table[1]:
                 entry[table[0]] = as_table(table[1])
-            elif self._write_now(key, entry, step):
+            elif self._queue_as_written(key, entry, step):
                 return
             self.run.log(entry, step=step)
 
-    def _write_now(self, key: str, entry: dict[str, Any], step: int) -> bool:
-        """Write a log entry of Traces to storage on this thread, the way Trackio's own writer
-        thread writes what ``run.log`` queued (``Run._write_logs_to_sqlite``), skipping the deep
-        copy ``run.log`` makes of every value first (our Trace payloads are fresh JSON data that
-        nothing changes later; storage serialises them again as it writes). True when written
-        (or failed in a way :meth:`flush` reports); False when ``run.log`` must take it: a
-        remote run, a run whose config is still to be logged with its first entry, a reserved
-        key, a Trackio without these members, or Trackio's writer thread busy writing (the
-        entry then waits for :meth:`flush`, as any queued entry)."""
+    def _queue_as_written(self, key: str, entry: dict[str, Any], step: int) -> bool:
+        """Queue a log entry of Traces on the held run as ``run.log`` queues one, skipping the
+        deep copy ``run.log`` first makes of every value (our Trace payloads are fresh JSON data
+        that nothing changes later; storage serialises them as it writes). Every entry queued
+        until the next :meth:`flush` is then written in one storage write: Trackio opens its
+        database twice per write, whatever it holds. The run's config goes with its first
+        entry, as ``run.log`` sends it. False when ``run.log`` must take it: a remote run, a
+        reserved key, Traces logged as ``trackio.Trace`` objects, or a Trackio without these
+        members."""
         run: Any = self.run
-        write = getattr(run, "_write_logs_to_sqlite", None)
-        lock: Any = getattr(run, "_client_lock", None)
+        queue = getattr(run, "_queued_logs", None)
+        queue_lock: Any = getattr(run, "_queue_lock", None)
         next_step = getattr(run, "_next_step", None)
+        config_logged = getattr(run, "_config_logged", None)
+        json_safe = getattr(getattr(module(), "utils", None), "to_json_safe", None)
         if (
-            write is None
-            or lock is None
+            not isinstance(queue, list)
+            or queue_lock is None
+            or json_safe is None
             or not isinstance(next_step, int)
-            or not (getattr(run, "_config_logged", False) or not getattr(run, "config", None))
+            or not isinstance(config_logged, bool)
+            or not payloads_as_stored()
             or key in reserved_keys()
             or key.startswith("__")
             or is_remote(run)
         ):
             return False
-        if not lock.acquire(blocking=False):
-            return False
-        try:
-            write(
-                [
-                    {
-                        "project": run.project,
-                        "run": run.name,
-                        "run_id": run_id(run),
-                        "metrics": entry,
-                        "step": step,
-                        "config": None,
-                        "log_id": uuid.uuid4().hex,
-                    }
-                ]
+        run._next_step = max(next_step, step + 1)
+        with queue_lock:
+            config = None
+            if not run._config_logged and run.config:
+                config = json_safe(run.config)
+                run._config_logged = True
+            queue.append(
+                {
+                    "project": run.project,
+                    "run": run.name,
+                    "run_id": run_id(run),
+                    "metrics": entry,
+                    "step": step,
+                    "config": config,
+                    "log_id": uuid.uuid4().hex,
+                }
             )
-            run._next_step = max(run._next_step, step + 1)
-        finally:
-            lock.release()
         return True
 
     def log_table(self, key: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import trackio
-from conftest import read_traces
+from conftest import TRACKIO_WRITE_WARNING, read_traces, storage_write_failing
 from fault_tally import tally
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -51,35 +51,20 @@ def _stored_keys(project: str, run: str) -> list[tuple[int, Any]]:
     return [(t["step"], t["metadata"].get("sample_index")) for t in read_traces(project, run)]
 
 
-class FlakyRun:
-    """A real ``trackio.Run`` whose ``log`` raises while ``failing`` is set (fault injection)."""
-
-    def __init__(self, run: trackio.Run) -> None:
-        self._run = run
-        self.failing = True
-
-    def log(self, metrics: dict, step: int | None = None) -> None:
-        if self.failing:
-            raise OSError(28, "No space left on device")
-        self._run.log(metrics, step=step)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._run, name)
-
-
-def test_log_raising_returns_failure_keeps_the_samples_and_stores_them_once_it_works(
+@TRACKIO_WRITE_WARNING
+def test_storage_refusing_writes_returns_failure_keeps_the_samples_and_stores_them_once_it_works(
     project, caplog
 ):
     run = trackio.init(project=project, name="flaky")
-    flaky = FlakyRun(run)
-    exporter = TrackioSpanExporter(run=flaky)
+    exporter = TrackioSpanExporter(run=run)
     caplog.set_level(logging.WARNING, logger="otel_trackio")
     tally.tried("exporter", 5)
-    failed = exporter._export_records([s for i in range(3) for s in _sample(1, i)])
+    with storage_write_failing(project):
+        failed = exporter._export_records([s for i in range(3) for s in _sample(1, i)])
     assert failed is R.FAILURE
     assert exporter.stats.samples_lost == 0 and exporter.stats.samples_logged == 0
-    assert "3 samples kept" in caplog.text and "No space left" in caplog.text
-    flaky.failing = False
+    assert "Trackio could not write to its storage" in caplog.text
+    assert "3 samples kept" in caplog.text
     ok = exporter._export_records([s for i in range(2) for s in _sample(2, i)])
     assert ok is R.SUCCESS
     assert exporter.stats.samples_logged == 5 and exporter.stats.samples_retried == 3
@@ -114,25 +99,26 @@ def test_user_finishes_run_before_provider_shutdown(project):
     assert sorted(stored) == [(s, i) for s in (0, 1) for i in range(3)]
 
 
-class BlockingRun(FlakyRun):
-    """A run whose ``log`` waits until released (a slow disk), to race ``shutdown()``."""
+class SlowWrites:
+    """A real run whose storage writes wait until released (a slow disk), to race ``shutdown()``."""
 
     def __init__(self, run: trackio.Run) -> None:
-        super().__init__(run)
-        self.failing = False
         self.entered = threading.Event()
         self.release = threading.Event()
+        write = run._write_logs_to_sqlite
 
-    def log(self, metrics: dict, step: int | None = None) -> None:
-        self.entered.set()
-        self.release.wait(HANG_GUARD)
-        super().log(metrics, step)
+        def slow_write(logs: list[Any]) -> None:
+            self.entered.set()
+            self.release.wait(HANG_GUARD)
+            write(logs)
+
+        run._write_logs_to_sqlite = slow_write  # type: ignore[method-assign]
 
 
 def test_shutdown_racing_an_export_waits_at_most_its_timeout(project, caplog):
     run = trackio.init(project=project, name="race")
-    blocking = BlockingRun(run)
-    exporter = TrackioSpanExporter(run=blocking)
+    blocking = SlowWrites(run)
+    exporter = TrackioSpanExporter(run=run)
     caplog.set_level(logging.WARNING, logger="otel_trackio")
     results: list[R] = []
     exporting = threading.Thread(

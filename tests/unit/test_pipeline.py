@@ -19,12 +19,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from conftest import TRACKIO_WRITE_WARNING, storage_write_failing, wait_until
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._core.assembly.grace import (
@@ -97,23 +95,6 @@ def pipeline_of(project: str) -> Iterator[Any]:
     yield build
     for pipeline in built:
         pipeline.close(5.0)
-
-
-# Trackio's own warning of the write that storage_write_failing makes fail.
-TRACKIO_WRITE_WARNING = pytest.mark.filterwarnings("ignore:trackio failed to flush:UserWarning")
-
-
-@contextmanager
-def storage_write_failing(project: str) -> Iterator[None]:
-    """Trackio's storage refuses writes: its project lock file cannot be opened (a directory
-    stands in its place), so every ``bulk_log`` fails at once, as a held lock does after 10 s."""
-    lock = Path(SQLiteStorage._get_process_lock(project).lockfile_path)
-    lock.unlink(missing_ok=True)
-    lock.mkdir()
-    try:
-        yield
-    finally:
-        lock.rmdir()
 
 
 def test_each_step_is_one_log_call_with_its_traces_in_sample_order(project, pipeline_of):
