@@ -205,13 +205,12 @@ class TrackioSink:
         reserved key, Traces logged as ``trackio.Trace`` objects, or a Trackio without these
         members."""
         run: Any = self.run
-        queue = getattr(run, "_queued_logs", None)
         queue_lock: Any = getattr(run, "_queue_lock", None)
         next_step = getattr(run, "_next_step", None)
         config_logged = getattr(run, "_config_logged", None)
         json_safe = getattr(getattr(module(), "utils", None), "to_json_safe", None)
         if (
-            not isinstance(queue, list)
+            not isinstance(getattr(run, "_queued_logs", None), list)
             or queue_lock is None
             or json_safe is None
             or not isinstance(next_step, int)
@@ -222,13 +221,13 @@ class TrackioSink:
             or is_remote(run)
         ):
             return False
-        run._next_step = max(next_step, step + 1)
-        with queue_lock:
+        run._next_step = max(run._next_step, step + 1)
+        with queue_lock:  # Trackio's writer thread swaps the list for a new one as it takes it
             config = None
             if not run._config_logged and run.config:
                 config = json_safe(run.config)
                 run._config_logged = True
-            queue.append(
+            run._queued_logs.append(
                 {
                     "project": run.project,
                     "run": run.name,

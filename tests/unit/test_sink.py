@@ -323,3 +323,30 @@ def test_a_runs_config_is_stored_with_its_first_traces(project):
         assert sorted(t["step"] for t in _traces(project, "configured")) == [1, 2]
     finally:
         sink.release()
+
+
+def test_trace_entries_queued_while_trackios_writer_thread_takes_the_queue_are_all_stored(project):
+    """Trackio's writer thread swaps its queue for a new list as it takes it: an entry queued at
+    that moment lands in one list or the other, never in one nobody writes any more."""
+    sink = TrackioSink(project, "racing")
+    run: Any = sink.run
+    done = threading.Event()
+
+    def trackios_writer_thread() -> None:
+        while not done.is_set():
+            with run._client_lock:
+                run._flush_queues_inline()
+
+    writer = threading.Thread(target=trackios_writer_thread)
+    writer.start()
+    try:
+        for step in range(300):
+            sink.log_traces("traces", [TRACE], step=step)
+    finally:
+        done.set()
+        writer.join(WAIT)
+    try:
+        assert sink.flush()
+        assert sorted(t["step"] for t in _traces(project, "racing")) == list(range(300))
+    finally:
+        sink.release()
