@@ -161,7 +161,7 @@ def test_a_restarted_writer_joins_the_run_its_predecessor_opened(project, tracki
     )
     result = run_python(script, trackio_dir, **OFFLOAD_DEFAULT)
     assert result.returncode == 0, result.stderr
-    assert _said(result.stdout, "starts:") == "2"
+    assert _said(result.stdout, "starts:") == "2", result.stdout + result.stderr
     [run] = SQLiteStorage.get_runs(project)  # one run: the restart joined it
     assert _keys(read_traces(project, run)) == [(s, i) for s in (0, 1) for i in range(5)]
 
