@@ -66,7 +66,7 @@ class TracePipeline:
         steps: where the latest step is read and noted (default: the assembler's own).
         clock: monotonic seconds (the assembler's and the timer's).
         beside_rollout: the rollout runs in this process (in process): conversion hands the GIL
-            over between samples (a writer process or the receiver has no rollout to wait).
+            over once a millisecond (a writer process or the receiver has no rollout to wait).
     """
 
     def __init__(

@@ -3,6 +3,9 @@ through the offload checkpoint, the latest step, the process-wide settings (issu
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from conftest import OffloadWithLogEvents, read_traces
 from opentelemetry._logs import LogRecord
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -83,9 +86,9 @@ def test_every_refused_offloaded_export_counts_as_a_failed_export(
     spans.shutdown(timeout_millis=5000)
 
 
-def test_only_a_pipeline_beside_the_rollout_hands_the_gil_over_between_samples(project):
-    """In process, conversion yields the GIL between samples so a rollout thread waking from a
-    model call does not wait for it; a writer process or the receiver has no rollout to wait."""
+def test_only_a_pipeline_beside_the_rollout_hands_the_gil_over(project):
+    """In process, conversion yields the GIL so a rollout thread waking from a model call does
+    not wait for it; a writer process or the receiver has no rollout to wait."""
     from otel_trackio._engine.run import build_run_engine
     from otel_trackio.settings import TrackioSettings
 
@@ -96,3 +99,33 @@ def test_only_a_pipeline_beside_the_rollout_hands_the_gil_over_between_samples(p
             assert engine.spans._beside_rollout is beside, transport
         finally:
             engine.shutdown()
+
+
+@pytest.mark.parametrize("convert_seconds, yields", [(0.0, (0, 2)), (0.002, (10, 10))])
+def test_conversion_beside_a_rollout_hands_the_gil_over_once_it_held_it_a_millisecond(
+    monkeypatch, convert_seconds, yields
+):
+    """Quick conversions go on without a thread switch per sample; one that holds the GIL past
+    ``YIELD_EVERY_SECONDS`` hands it over after that sample (never without a rollout beside)."""
+    import time
+
+    from otel_trackio._core.samples import Sample, SampleIdentity
+    from otel_trackio._engine import batches
+
+    slept: list[float] = []
+    monkeypatch.setattr(batches.time, "sleep", slept.append)
+
+    def convert(sample: Sample) -> Any:
+        deadline = time.perf_counter() + convert_seconds
+        while time.perf_counter() < deadline:  # holds the GIL, as converting does
+            pass
+        return {}
+
+    samples = [
+        Sample([], None, SampleIdentity(trace_id=i, root_span_id=None, step=0, sample_index=i))
+        for i in range(10)
+    ]
+    assert len(batches.by_step(samples, convert, beside_rollout=False)[0]) == 10
+    assert slept == []
+    batches.by_step(samples, convert, beside_rollout=True)
+    assert yields[0] <= len(slept) <= yields[1] and set(slept) <= {0}
