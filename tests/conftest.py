@@ -163,6 +163,11 @@ def storage_write_failing(project: str) -> Iterator[None]:
         lock.rmdir()
 
 
+def trackio_dir_path() -> Path:
+    """The session's Trackio folder."""
+    return Path(_TRACKIO_DIR)
+
+
 def read_traces(project: str, run: str | None = None) -> list[dict]:
     """Every Trace stored for a project (of one run, or of all its runs), oldest first."""
     runs = [run] if run is not None else SQLiteStorage.get_runs(project)

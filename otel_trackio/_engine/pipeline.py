@@ -67,6 +67,10 @@ class TracePipeline:
         clock: monotonic seconds (the assembler's and the timer's).
         beside_rollout: the rollout runs in this process (in process): conversion hands the GIL
             over once a millisecond (a writer process or the receiver has no rollout to wait).
+        write_behind: what :meth:`add` logs is handed to the sink's store process, and ``add``
+            returns before it is stored (a spool drainer: the spool keeps it until then, and
+            :meth:`buffered_items` names it); the next write, :meth:`settle_writes`, a flush or
+            the timer settles it. Otherwise everything is stored before the call returns.
     """
 
     def __init__(
@@ -80,8 +84,10 @@ class TracePipeline:
         steps: StepMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
         beside_rollout: bool = True,
+        write_behind: bool = False,
     ) -> None:
         self.settings = settings
+        self._write_behind = write_behind
         self._beside_rollout = beside_rollout  # the rollout runs in this process (in process)
         self.sink = sink
         self.grace = grace if grace is not None else GracePolicy.of(settings)
@@ -213,9 +219,12 @@ class TracePipeline:
             samples.extend(self.assembler.expire())
             logged = self._log(samples)
             self._schedule()
+            timeout = self._write_timeout(timeout_seconds)
+            if self._write_behind:
+                return self._writes.write_behind(timeout) and logged
             # Write them now (the caller's export thread): an export that returned SUCCESS
             # survives a crash, and a disk that is full or read-only shows up as a failure.
-            return self._write(self._write_timeout(timeout_seconds)) and logged
+            return self._write(timeout) and logged
         except Exception as exc:  # noqa: BLE001 - export() must never raise
             self.stats.failed_exports += 1
             self._warn("export", f"export failed: {exc!r}")
@@ -335,6 +344,15 @@ class TracePipeline:
             return False
         finally:
             self._unlock()
+
+    @property
+    def writing_behind(self) -> bool:
+        """True while a write behind holds samples not yet known to be stored."""
+        return self._writes.writing_behind
+
+    def settle_writes(self) -> bool:
+        """Wait for the write behind, if any (True: nothing is left unwritten). Never raises."""
+        return not self._writes.writing_behind or self.retry_writes()
 
     def _write_timeout(self, timeout_seconds: float | None) -> float:
         if timeout_seconds is None:

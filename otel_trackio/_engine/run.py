@@ -24,6 +24,7 @@ from otel_trackio._engine.stats import ExportStats
 from otel_trackio._trackio.installed import RunLike
 from otel_trackio._trackio.runs import open_run_by_name
 from otel_trackio._trackio.sink import TrackioSink
+from otel_trackio._trackio.store import TraceStore
 from otel_trackio.settings import TrackioSettings
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ def build_run_engine(
     steps: StepMemory | None = None,
     log_events: bool = False,
     decode_metrics: MetricDecoder | None = None,
+    store: TraceStore | None = None,
 ) -> RunEngine:
     """The engine of one run.
 
@@ -134,6 +136,9 @@ def build_run_engine(
         decode_metrics: with it, the engine has a metric path (a
             :class:`~otel_trackio._engine.metrics.MetricPath` on the same run) fed by
             :meth:`RunEngine.export_metrics`.
+        store: a spool drainer's store process: Trace entries are written there, behind the
+            conversion of the next ones (see :mod:`otel_trackio._trackio.store`). None: they
+            are written on the logging thread before the call returns (in process).
     """
     if sink is None:
         kwargs = dict(settings.init_kwargs if init_kwargs is None else init_kwargs)
@@ -151,7 +156,10 @@ def build_run_engine(
         open_spans=open_spans,
         steps=steps,
         beside_rollout=transport == "process",
+        write_behind=store is not None,
     )
+    if store is not None:
+        sink.write_behind_to(store)
     if log_events:
         pipeline.expect_log_events()
     metrics = None

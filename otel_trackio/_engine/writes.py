@@ -59,6 +59,7 @@ class WriteLedger:
         self._convert = convert
         self._unwritten: list[Unwritten] = []
         self._log_again = False
+        self._behind = 0  # how many of the first kept samples a write behind is storing
         self.failing_since: float | None = None
         """When (monotonic) writes to storage started failing; None while they succeed."""
 
@@ -77,9 +78,39 @@ class WriteLedger:
         """The span records of every kept sample."""
         return (span for kept in self._unwritten for span in kept.sample.spans)
 
+    def write_behind(self, timeout_seconds: float) -> bool:
+        """Hand what was logged to the sink's store process and return before it is stored
+        (a writer process or the receiver, whose spool keeps it meanwhile): the previous write
+        behind is settled first, and its samples count as logged then. When that write failed,
+        or nothing can be handed over, this is :meth:`write`."""
+        if not self._unwritten:
+            return True
+        if self._log_again or self.failing_since is not None:
+            return self.write(timeout_seconds)
+        try:
+            if not self._sink.settle(timeout_seconds):
+                if self._sink.last_failures:  # it failed: logged again, minus what is stored
+                    self._log_again = True
+                return self.write(timeout_seconds)
+            self._stored(self._unwritten[: self._behind])
+            self._unwritten = self._unwritten[self._behind :]
+            self._behind = 0
+            if self._unwritten and self._sink.write_behind():
+                self._behind = len(self._unwritten)
+                return True
+        except Exception:  # noqa: BLE001 - the synchronous write says what went wrong
+            self._behind = 0
+        return self.write(timeout_seconds)
+
+    @property
+    def writing_behind(self) -> bool:
+        """True while a write behind holds samples not yet known to be stored."""
+        return self._behind > 0
+
     def write(self, timeout_seconds: float) -> bool:
         """Make what was logged durable in Trackio's storage. On success the samples count as
         logged; on a failure they stay kept (see the module's docstring)."""
+        self._behind = 0  # the sink's flush settles a write behind first
         if not self._unwritten:
             return True
         failures = ""
@@ -96,9 +127,7 @@ class WriteLedger:
             written = self._unwritten
             self._unwritten = []
             self._log_again = False
-            self._stats.samples_logged += len(written)
-            self._stats.partial_samples += sum(1 for u in written if u.sample.identity.partial)
-            self._written([kept.sample for kept in written])
+            self._stored(written)
             if self.failing_since is not None:
                 _logger.warning(
                     "otel-trackio: Trackio's storage takes writes again after %.0f s; "
@@ -121,6 +150,12 @@ class WriteLedger:
             f"{self._stats.samples_logged} stored so far)",
         )
         return False
+
+    def _stored(self, written: list[Unwritten]) -> None:
+        """Count samples storage now holds as logged."""
+        self._stats.samples_logged += len(written)
+        self._stats.partial_samples += sum(1 for u in written if u.sample.identity.partial)
+        self._written([kept.sample for kept in written])
 
     def _flush_sink(self, timeout_seconds: float) -> tuple[bool, str]:
         """(the sink's flush succeeded, what failed). A failure Trackio reported means it

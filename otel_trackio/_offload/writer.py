@@ -45,7 +45,7 @@ from otel_trackio._core.samples import StepMemory
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
-from otel_trackio._offload.priority import CatchUp, deprioritise
+from otel_trackio._offload.priority import NICENESS, CatchUp, deprioritise
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
     FINISH_FLAG,
@@ -60,8 +60,9 @@ from otel_trackio._offload.protocol import (
 from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_root
 from otel_trackio._spool.segments import is_locked, private, write_atomically
-from otel_trackio._trackio.installed import join_run
+from otel_trackio._trackio.installed import join_run, trackio_dir
 from otel_trackio._trackio.sink import TrackioSink
+from otel_trackio._trackio.store import TraceStore
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -222,9 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         drainer = _take(path, lambda route: own, registry, settings.spool_fsync, 0.0, pace)
         if drainer is None:
             return 0
+    # Forked now, while no thread runs here (Trackio's start with the run): ready at once.
+    store = TraceStore(trackio_dir())
+    store.start()
     try:
         sink = _open_run(path, config)
     except Exception as exc:  # noqa: BLE001 - reported to the rollout process, which raises it
+        store.close()
         if drainer is not None:
             drainer.close()
         with contextlib.suppress(OSError):
@@ -235,11 +240,13 @@ def main(argv: list[str] | None = None) -> int:
         drainer = _take(path, lambda route: own, registry, settings.spool_fsync, TAKE_SECONDS, pace)
         if drainer is None:
             sink.release()
+            store.close()
             return STOPPED
     if not finishing:
         # The rollout comes first: on a busy machine the writer takes the CPU it leaves. (After
         # opening the run, which the rollout process waits for.)
         deprioritise()
+        store.lower_priority(NICENESS)
     own = build_run_engine(
         settings,
         transport="offload",
@@ -247,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         open_samples=registry,
         open_spans=registry,
         decode_metrics=lambda request: _spooled_metrics(request, own.spans.assembler.steps),
+        store=store,
     )
     pipeline = own.spans
     stop = threading.Event()
@@ -267,4 +275,5 @@ def main(argv: list[str] | None = None) -> int:
             remove_spool(path, spool_root(settings))
     finally:
         pipeline.close(flush=False)  # what is not logged stays in the spool
+        store.close()
     return 0 if done else STOPPED

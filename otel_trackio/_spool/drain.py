@@ -531,6 +531,8 @@ class Drainer:
                     self._between_cycles()
                 if handed:
                     continue
+                if not self._settle_writes():
+                    continue  # a write failed: stalled, retried
                 if self.producer_closed or gone:
                     return
                 self.checkpoint_if_due()
@@ -544,6 +546,11 @@ class Drainer:
                 self._wait_out_stall(stop)
                 continue
             stop.wait(idle_seconds)
+        try:
+            self._settle_writes()  # stopped: what was handed over is stored before it returns
+        except OSError as exc:
+            self.stats.failed_checkpoints += 1
+            self._stall(f"the checkpoint cannot be written: {exc!r}")
 
     def _note_received(self) -> None:
         """Note what the producer has received (see ``receiving``), while a pipeline holds
@@ -571,6 +578,19 @@ class Drainer:
         if not ok:
             self._stall("Trackio's storage is not taking writes")
         return ok
+
+    def _settle_writes(self) -> bool:
+        """Nothing more to hand over: wait for the pipelines' writes behind and checkpoint past
+        what they stored; False, stalled, when one failed."""
+        behind = [p for p in self._pipelines if p.writing_behind]
+        if not behind:
+            return True
+        ok = all([p.settle_writes() for p in behind])
+        if not ok:
+            self._stall("Trackio's storage is not taking writes")
+            return False
+        self._save()
+        return True
 
     def _wait_out_stall(self, stop: threading.Event) -> None:
         self._report_stall()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from otel_trackio._trackio.runs import (
     matches,
     start_run,
 )
+from otel_trackio._trackio.store import TIMED_OUT, TraceStore
 
 _logger = logging.getLogger("otel_trackio")
 # Trackio's warn-once keys for local writes that failed (it warns and drops the batch).
@@ -69,6 +71,8 @@ class TrackioSink:
         # Trackio's failed-write warnings seen by the last flush() (empty when it went well).
         self.last_failures: set[str] = set()
         self._lock = threading.Lock()
+        self._store: TraceStore | None = None  # where entries are written behind (if anywhere)
+        self._behind: int | None = None  # the store's request being written
 
     @property
     def run(self) -> RunLike:
@@ -246,6 +250,72 @@ class TrackioSink:
         if rows:
             self.run.log({key: as_table(rows)}, step=step)
 
+    def write_behind_to(self, store: TraceStore) -> None:
+        """Write this holder's entries behind, in ``store``'s process (see :meth:`write_behind`)."""
+        self._store = store
+
+    @property
+    def writing_behind(self) -> bool:
+        """True while a write handed to the store has not been answered yet."""
+        return self._behind is not None
+
+    def write_behind(self) -> bool:
+        """Hand what the held run has queued to the store process and return at once: it is
+        durable once :meth:`settle` (or :meth:`flush`) says so. Only after the previous write
+        behind was settled. False when it cannot be handed over (no store, a run it cannot
+        write, Trackio's writer thread busy, or a write of Trackio's that failed waiting to be
+        reported by :meth:`flush`): then :meth:`flush` writes it here."""
+        store = self._store
+        if store is None or self._behind is not None:
+            return False
+        run: Any = self.run
+        client_lock: Any = getattr(run, "_client_lock", None)
+        queue_lock: Any = getattr(run, "_queue_lock", None)
+        if (
+            client_lock is None
+            or queue_lock is None
+            or getattr(run, "_storage_mode", None) != "sqlite"
+            or not getattr(run, "_is_local", False)
+            or not isinstance(getattr(run, "_warned_failures", None), set)
+        ):
+            return False
+        # Under the client lock, whatever Trackio's own thread took from the queue is written,
+        # and a failure of it shows: flush() must report it, so nothing is handed over then.
+        if not client_lock.acquire(blocking=False):
+            return False
+        try:
+            if any(key.startswith(_WRITE_FAILURE_PREFIXES) for key in run._warned_failures):
+                return False
+            with queue_lock:
+                entries, run._queued_logs = run._queued_logs, []
+        finally:
+            client_lock.release()
+        if not entries:
+            return True
+        request = store.submit(entries)
+        if request is None:
+            with queue_lock:  # back to the front of the queue: flush() writes them here
+                run._queued_logs[:0] = entries
+            return False
+        self._behind = request
+        return True
+
+    def settle(self, timeout_seconds: float = 30.0) -> bool:
+        """Wait for the write behind (if any). False when it failed (``last_failures`` says why:
+        what it held is not stored, or only part of it) or is still going on after
+        ``timeout_seconds``."""
+        self.last_failures = set()
+        if self._behind is None or self._store is None:
+            return True
+        outcome = self._store.wait(self._behind, timeout_seconds)
+        if outcome == TIMED_OUT:
+            return False
+        self._behind = None
+        if outcome is not None:
+            self.last_failures = {f"write-logs-behind: {outcome}"}
+            return False
+        return True
+
     def flush(self, timeout_seconds: float = 30.0) -> bool:
         """Write what the held run has queued to Trackio's local storage now, on this thread.
 
@@ -256,6 +326,10 @@ class TrackioSink:
         Without the Trackio internals this needs, says once that exports are no longer written
         before they return, and returns True.
         """
+        started = time.monotonic()
+        if not self.settle(timeout_seconds):
+            return False
+        timeout_seconds -= time.monotonic() - started
         run = self.run
         if is_remote(run):
             return True  # a Trackio server or Space: Trackio's client sends it

@@ -36,6 +36,8 @@ from otel_trackio._engine.warn import Warnings
 from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.paths import receiver_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import Producer, SpoolFull, holds_segments
+from otel_trackio._trackio.installed import trackio_dir
+from otel_trackio._trackio.store import TraceStore
 from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable, RoutesExhausted
 from otel_trackio.receiver._in_flight import RequestsInFlight
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ROOM_IDLE_SECONDS
@@ -100,13 +102,16 @@ def _quiet(route: RunEngine) -> bool:
     return route.spans.assembler.buffered_spans == 0 and route.spans.unwritten_samples == 0
 
 
-def _route_engine(settings: TrackioSettings) -> RunEngine:
-    """The run engine of one route: spans, GenAI log events and metrics of one Trackio run.
-    A named run it continues is made to exist first (:func:`make_named_run_exist`), so
-    receivers that start together with one name all continue that one run."""
+def _route_engine(settings: TrackioSettings, store: TraceStore) -> RunEngine:
+    """The run engine of one route: spans, GenAI log events and metrics of one Trackio run,
+    its Traces written by ``store``. A named run it continues is made to exist first
+    (:func:`make_named_run_exist`), so receivers that start together with one name all continue
+    that one run."""
     if settings.resume == "allow":
         make_named_run_exist(settings)
-    return build_run_engine(settings, transport="receiver", decode_metrics=_spooled_metrics)
+    return build_run_engine(
+        settings, transport="receiver", decode_metrics=_spooled_metrics, store=store
+    )
 
 
 class Router:
@@ -167,6 +172,10 @@ class Router:
         self.producer = Producer(
             self.spool_path, int(chosen.spool_max_mb * 1024 * 1024), fsync=chosen.spool_fsync
         )
+        # Every route's Traces are written in this process of their own, beside the drain. It
+        # starts with the first write, afresh (not forked: gRPC is loaded here); until it has
+        # imported Trackio, Traces are written on the drain thread.
+        self._store = TraceStore(trackio_dir())
         try:
             self._names = RunNames(self.spool_path, resume=self.resumed)
             self.default = self._route_for((project, name))
@@ -180,6 +189,7 @@ class Router:
             )
         except BaseException:
             self.producer.close()
+            self._store.close()
             raise
         self._stop_draining = threading.Event()
         self._drain_thread = threading.Thread(
@@ -241,7 +251,7 @@ class Router:
             settings = self.settings.with_options(project=key[0], name=name)
             # A fresh context: no user run is "active" here, and trackio.init's context
             # variables stay out of the worker thread that happens to build the route.
-            route = contextvars.Context().run(_route_engine, settings)
+            route = contextvars.Context().run(_route_engine, settings, self._store)
             self._routes[key] = route
             self._remember_name(key, route)
             if key != (self.project, self.name):
@@ -517,6 +527,7 @@ class Router:
                 _logger.warning("otel-trackio: shutting down a route failed: %r", exc)
         self._drainer.close()
         self.producer.close()
+        self._store.close()
         if drained and not any(route.stats.samples_lost for route in routes):
             # Everything is in Trackio: no segment, lock or runs.json left behind (the next
             # start is a fresh run, which still looks up requests sent again in these runs for

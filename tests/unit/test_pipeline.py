@@ -15,6 +15,8 @@ The exporter around the pipeline: ``test_exporter.py``; the assembler inside it:
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -22,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import TRACKIO_WRITE_WARNING, storage_write_failing, wait_until
+from conftest import TRACKIO_WRITE_WARNING, storage_write_failing, trackio_dir_path, wait_until
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._core.assembly.grace import (
@@ -34,6 +36,7 @@ from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
 from otel_trackio._trackio.sink import TrackioSink
+from otel_trackio._trackio.store import TraceStore
 from otel_trackio.settings import TrackioSettings
 
 RUN = "pipe"
@@ -78,7 +81,10 @@ def pipeline_of(project: str) -> Iterator[Any]:
     built: list[TracePipeline] = []
 
     def build(
-        grace: float = 0.0, clock: Clock | None = None, policy: GracePolicy | None = None
+        grace: float = 0.0,
+        clock: Clock | None = None,
+        policy: GracePolicy | None = None,
+        store: TraceStore | None = None,
     ) -> TracePipeline:
         settings = TrackioSettings(project=project, name=RUN)
         sink = TrackioSink(project, RUN)
@@ -88,7 +94,10 @@ def pipeline_of(project: str) -> Iterator[Any]:
             grace=policy or GracePolicy(explicit=grace),
             open_samples=None,
             clock=clock if clock is not None else Clock(),
+            write_behind=store is not None,
         )
+        if store is not None:
+            sink.write_behind_to(store)
         built.append(pipeline)
         return pipeline
 
@@ -387,3 +396,102 @@ def test_a_model_call_without_its_messages_holds_the_receivers_samples_for_its_l
     assert not pipeline.grace.trailing_seen
     [with_events] = [t for t in _stored(project) if t["metadata"]["sample_index"] == 1]
     assert with_events["messages"] == [{"role": "user", "content": "q"}]
+
+
+# -- writes behind: a spool drainer's Trace entries written in a store process -------------------
+
+
+@pytest.fixture
+def store() -> Iterator[TraceStore]:
+    """A store process writing into the session's Trackio folder, ready."""
+    built = TraceStore(trackio_dir_path())
+    assert built.ready(WAIT)
+    yield built
+    built.close()
+
+
+def test_a_write_behind_is_held_until_the_next_write_settles_it_and_stored_once(
+    project, pipeline_of, store
+):
+    pipeline = pipeline_of(store=store)
+    first = _sample(1, 0, trace_id=1)
+    assert pipeline.add(first)  # handed to the store: add returns before it is stored
+    assert pipeline.writing_behind and pipeline.unwritten_samples == 1
+    # Until it is known to be stored, its spans count as held: a spool keeps their entry.
+    held = {id(item) for item in pipeline.buffered_items()}
+    assert all(id(span) in held for span in first)
+    assert pipeline.add(_sample(1, 1, trace_id=2))  # settles the first, hands the second
+    assert pipeline.stats.samples_logged == 1
+    assert pipeline.settle_writes()
+    assert not pipeline.writing_behind and pipeline.unwritten_samples == 0
+    assert pipeline.stats.samples_logged == 2 and pipeline.buffered_items() == []
+    assert _counts(project) == Counter({(1, 0): 1, (1, 1): 1})
+
+
+@pytest.mark.parametrize("settle_by", ["settle_writes", "the next add"])
+def test_the_store_process_killed_before_it_wrote_keeps_the_samples_and_they_are_stored_once(
+    project, pipeline_of, store, settle_by
+):
+    pipeline = pipeline_of(store=store)
+    assert pipeline.add(_sample(1, 0, trace_id=1))
+    assert pipeline.settle_writes()
+    process = store._process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)  # the next request waits in its pipe, unread
+    assert pipeline.add(_sample(1, 1, trace_id=2) + _sample(2, 2, trace_id=3))
+    assert pipeline.writing_behind
+    process.kill()
+    process.wait(WAIT)
+    if settle_by == "settle_writes":
+        assert pipeline.settle_writes() is False  # its write is reported failed, not assumed
+        assert pipeline.unwritten_samples == 2 and pipeline.stats.samples_lost == 0
+        wait_until(pipeline.retry_writes, "the kept samples stored again", WAIT)
+        assert pipeline.unwritten_samples == 0 and pipeline.stats.samples_logged == 3
+    # The next add settles what is behind (the store process starts again for it).
+    pipeline.add(_sample(3, 3, trace_id=4))
+    wait_until(pipeline.settle_writes, "everything stored", WAIT)
+    assert pipeline.stats.samples_logged == 4 and pipeline.stats.samples_lost == 0
+    assert _counts(project) == Counter({(1, 0): 1, (1, 1): 1, (2, 2): 1, (3, 3): 1})
+
+
+@TRACKIO_WRITE_WARNING
+def test_storage_refusing_a_write_behind_keeps_the_samples_until_it_takes_them(
+    project, pipeline_of, store
+):
+    pipeline = pipeline_of(store=store)
+    with storage_write_failing(project):
+        assert pipeline.add(_sample(1, 0, trace_id=1))  # handed over: the failure comes later
+        assert pipeline.settle_writes() is False
+        assert "write-logs-behind" in " ".join(pipeline.sink.last_failures)
+        assert pipeline.unwritten_samples == 1 and pipeline.stats.failed_writes == 1
+    assert pipeline.add(_sample(1, 1, trace_id=2))
+    assert pipeline.settle_writes()
+    assert pipeline.stats.samples_logged == 2 and pipeline.stats.samples_lost == 0
+    assert _counts(project) == Counter({(1, 0): 1, (1, 1): 1})
+
+
+def test_a_closed_store_takes_nothing_and_the_pipeline_writes_itself(
+    project, pipeline_of, store
+):
+    pipeline = pipeline_of(store=store)
+    store.close()
+    store.close()  # idempotent
+    assert store.submit([]) is None
+    assert pipeline.add(_sample(1, 0, trace_id=1))
+    assert not pipeline.writing_behind and pipeline.unwritten_samples == 0  # stored here
+    assert _counts(project) == Counter({(1, 0): 1})
+
+
+def test_a_store_still_starting_takes_nothing_and_the_pipeline_writes_itself(project, pipeline_of):
+    starting = TraceStore(trackio_dir_path())  # started afresh: it imports Trackio first
+    try:
+        pipeline = pipeline_of(store=starting)
+        assert pipeline.add(_sample(1, 0, trace_id=1))
+        assert not pipeline.writing_behind and pipeline.unwritten_samples == 0  # stored here
+        assert _counts(project) == Counter({(1, 0): 1})
+        assert starting.ready(WAIT)  # then it takes the next ones
+        assert pipeline.add(_sample(1, 1, trace_id=2)) and pipeline.writing_behind
+        assert pipeline.settle_writes()
+        assert _counts(project) == Counter({(1, 0): 1, (1, 1): 1})
+    finally:
+        starting.close()

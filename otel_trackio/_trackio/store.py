@@ -1,0 +1,309 @@
+"""Trackio's storage writes in a process of their own, beside the one that converts.
+
+A writer process or the receiver spends about half of its time converting samples and the other
+half in Trackio's storage write (serialising the rows, the SQLite transaction, one session file
+per Trace), all under one GIL. A :class:`TraceStore` runs that write in a child process
+(this file run as a script): the parent hands it what a run queued and converts
+the next samples while the child writes, so on two cores the time until durable is bounded by
+Trackio's own write.
+
+The child takes one request at a time from its stdin: a request id and the ``bulk_log`` calls
+Trackio's own writer thread would make for the queued entries (``SQLiteStorage.bulk_log``,
+grouped by run as ``Run._write_logs_to_sqlite`` groups them). It answers one line per request on
+its stdout: ``<id> ok`` or ``<id> failed <why>``. It exits when its stdin closes (the parent ended
+or was killed); a request it had taken is finished first. A child that dies fails every request it
+had not answered: the caller then looks up what storage holds and logs the rest again, as after
+any failed write. The child is in its parent's session, so the writer's CPU priority (its
+autogroup's nice) is the child's too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+_logger = logging.getLogger("otel_trackio")
+_HEADER = struct.Struct("<QI")  # request id, payload length
+
+READY = b"ready\n"
+"""The store process's first line: it has imported Trackio and takes requests."""
+
+TIMED_OUT = "timed out"
+"""What :meth:`TraceStore.wait` answers when the write is still going on."""
+
+
+def bulk_log_calls(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Trackio log entries (what ``run.log`` queues) as the ``SQLiteStorage.bulk_log`` calls
+    Trackio's writer thread makes for them: one per run, in order, the first config kept."""
+    calls: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for entry in entries:
+        key = (entry["project"], entry["run"], entry.get("run_id"))
+        call = calls.get(key)
+        if call is None:
+            call = calls[key] = {
+                "project": key[0],
+                "run": key[1],
+                "run_id": key[2],
+                "metrics_list": [],
+                "steps": [],
+                "log_ids": [],
+                "config": None,
+            }
+        call["metrics_list"].append(entry["metrics"])
+        call["steps"].append(entry.get("step"))
+        call["log_ids"].append(entry.get("log_id"))
+        if entry.get("config") and call["config"] is None:
+            call["config"] = entry["config"]
+    for call in calls.values():
+        if all(log_id is None for log_id in call["log_ids"]):
+            call["log_ids"] = None
+    return list(calls.values())
+
+
+class TraceStore:
+    """The parent's side of a store process: :meth:`submit` hands it the entries a run queued,
+    :meth:`wait` tells how their write went. The process starts on the first request and again
+    after it died; thread-safe."""
+
+    def __init__(self, trackio_dir: Path) -> None:
+        self._trackio_dir = trackio_dir
+        self._lock = threading.Lock()  # one request written to the pipe at a time
+        self._answered = threading.Condition()
+        self._answers: dict[int, str | None] = {}
+        self._waiting: set[int] = set()
+        self._process: subprocess.Popen[bytes] | _Forked | None = None
+        self._ready = threading.Event()  # the running process has imported Trackio
+        self._next_id = 0
+        self._closed = False
+
+    def start(self) -> None:
+        """Fork the store process now if this process runs no other thread (a lock another
+        thread held would stay held in the child): Trackio is imported already, so it is ready
+        at once. Otherwise it starts with the first request, afresh (importing Trackio takes a
+        while; what arrives meanwhile is written by the caller)."""
+        with self._lock:
+            if not self._closed and threading.active_count() == 1:
+                import trackio.sqlite_storage  # noqa: F401 - the child finds it imported
+
+                self._running(fork=True)
+
+    def ready(self, timeout_seconds: float) -> bool:
+        """Start the process if it is not running and wait until it takes writes (True), at
+        most ``timeout_seconds``."""
+        with self._lock:
+            if self._closed or self._running() is None:
+                return False
+        return self._ready.wait(timeout_seconds)
+
+    def lower_priority(self, nice: int) -> None:
+        """Give the running store process CPU priority ``nice`` (a forked one keeps the nice it
+        was forked with; one started later inherits the caller's)."""
+        with self._lock:
+            if self._process is not None:
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, self._process.pid, nice)
+
+    def submit(self, entries: Sequence[Mapping[str, Any]]) -> int | None:
+        """Hand the store Trackio log entries to write; returns the request's id, or None when
+        the store cannot take them (closed, still starting, or the process cannot start or be
+        written to: the caller writes them itself)."""
+        with self._lock:
+            if self._closed:
+                return None
+            process = self._running()
+            if process is None or process.stdin is None or not self._ready.is_set():
+                return None
+            payload = orjson.dumps(bulk_log_calls(entries))
+            self._next_id += 1
+            request = self._next_id
+            with self._answered:
+                self._waiting.add(request)
+            try:
+                process.stdin.write(_HEADER.pack(request, len(payload)))
+                process.stdin.write(payload)
+                process.stdin.flush()
+            except (OSError, ValueError):
+                with self._answered:
+                    self._waiting.discard(request)
+                return None
+            return request
+
+    def wait(self, request: int, timeout_seconds: float) -> str | None:
+        """None once request ``request`` is stored; else why not (:data:`TIMED_OUT` while it is
+        still being written: ask again)."""
+        deadline = time.monotonic() + max(0.0, timeout_seconds)
+        with self._answered:
+            while request not in self._answers:
+                if request not in self._waiting:
+                    return "the store process never took it"
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return TIMED_OUT
+                self._answered.wait(left)
+            self._waiting.discard(request)
+            return self._answers.pop(request)
+
+    def close(self, timeout_seconds: float = 30.0) -> None:
+        """Let the process finish what it took and end. Idempotent."""
+        with self._lock:
+            self._closed = True
+            process, self._process = self._process, None
+        if process is None:
+            return
+        try:
+            if process.stdin is not None:
+                process.stdin.close()
+            process.wait(timeout_seconds)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+
+    def _running(self, fork: bool = False) -> subprocess.Popen[bytes] | _Forked | None:
+        """The store process, started now when it is not running (lock held)."""
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        process: subprocess.Popen[bytes] | _Forked
+        try:
+            if fork:
+                process = _Forked.start()
+            else:
+                process = subprocess.Popen(
+                    # This file run as a script: the child imports Trackio and orjson, not this
+                    # package (nor OpenTelemetry).
+                    [sys.executable, os.path.abspath(__file__)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    env={**os.environ, "TRACKIO_DIR": str(self._trackio_dir)},
+                )
+        except OSError as exc:
+            _logger.warning("otel-trackio: the Trackio store process cannot start: %r", exc)
+            return None
+        self._process = process
+        self._ready.clear()
+        threading.Thread(
+            target=self._read_answers, args=(process,), name="otel-trackio-store", daemon=True
+        ).start()
+        return process
+
+    def _read_answers(self, process: subprocess.Popen[bytes] | _Forked) -> None:
+        """Hand each answer to its waiter; when the process ends, fail what it left."""
+        assert process.stdout is not None
+        if process.stdout.readline() == READY:
+            self._ready.set()
+        for line in process.stdout:
+            number, _, outcome = line.decode("utf-8", "replace").rstrip("\n").partition(" ")
+            with self._answered:
+                ok = outcome == "ok"
+                self._answers[int(number)] = None if ok else outcome.removeprefix("failed ")
+                self._answered.notify_all()
+        process.wait()
+        with self._answered:
+            for request in self._waiting - set(self._answers):
+                self._answers[request] = f"the store process ended (exit {process.returncode})"
+            self._answered.notify_all()
+
+
+class _Forked:
+    """A store process forked from this one, with the part of :class:`subprocess.Popen`'s
+    interface :class:`TraceStore` uses."""
+
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.returncode: int | None = None
+        self._reaping = threading.Lock()  # one waitpid at a time: the reader thread and close()
+
+    @classmethod
+    def start(cls) -> _Forked:
+        """Fork the store (this process must run no other thread: a lock one held would stay
+        held in the child)."""
+        requests_read, requests_write = os.pipe()
+        answers_read, answers_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the store: serve until the parent closes its end or dies, then leave
+            code = 1
+            try:
+                # Only the two pipes and stdio stay open: an inherited spool lock would outlive
+                # the parent while this finishes a write.
+                low, high = sorted((requests_read, answers_write))
+                os.closerange(3, low)
+                os.closerange(low + 1, high)
+                os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
+                os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints go to stderr
+                serve(os.fdopen(requests_read, "rb"), os.fdopen(answers_write, "wb"))
+                code = 0
+            finally:
+                os._exit(code)  # never the parent's atexit handlers or buffered output
+        os.close(requests_read)
+        os.close(answers_write)
+        return cls(pid, os.fdopen(requests_write, "wb"), os.fdopen(answers_read, "rb"))
+
+    def poll(self) -> int | None:
+        with self._reaping:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped by someone else: its code is unknown
+                    self.returncode = -1
+                else:
+                    if pid != 0:
+                        self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.01)
+        return code
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
+    data = stream.read(size)
+    return data if data is not None and len(data) == size else None
+
+
+def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
+    """The child's loop: write each request with ``SQLiteStorage.bulk_log``, answer, until the
+    requests end."""
+    from trackio.sqlite_storage import SQLiteStorage
+
+    answers.write(READY)
+    answers.flush()
+    while (header := _read_exactly(requests, _HEADER.size)) is not None:
+        request, size = _HEADER.unpack(header)
+        payload = _read_exactly(requests, size)
+        if payload is None:
+            return  # the parent died mid-request: nothing of it was written
+        try:
+            for call in orjson.loads(payload):
+                SQLiteStorage.bulk_log(**call)
+            answer = "ok"
+        except Exception as exc:  # noqa: BLE001 - every failure is an answer
+            answer = "failed " + repr(exc).replace("\n", " ")
+        answers.write(f"{request} {answer}\n".encode())
+        answers.flush()
+
+
+if __name__ == "__main__":
+    # Answers go to the real stdout alone: whatever prints (Trackio's notices) goes to stderr.
+    _answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    serve(sys.stdin.buffer, _answers)
