@@ -2,16 +2,20 @@
 
 A writer process or the receiver spends about half of its time converting samples and the other
 half in Trackio's storage write (serialising the rows, the SQLite transaction, one session file
-per Trace), all under one GIL. A :class:`TraceStore` runs that write in a child process
-(this file run as a script): the parent hands it what a run queued and converts
-the next samples while the child writes, so on two cores the time until durable is bounded by
-Trackio's own write.
+per Trace), all under one GIL. A :class:`TraceStore` runs that write in a child process: the
+parent hands it what a run queued and converts the next samples while the child writes, so on two
+cores the time until durable is bounded by Trackio's own write.
 
-The child takes one request at a time from its stdin: a request id and the ``bulk_log`` calls
+The child is forked from a writer that runs no other thread yet, with Trackio imported (ready at
+once; it closes every file it inherited but its pipes, so a spool lock never outlives the
+writer); otherwise it is this file run as a script, which imports Trackio first and says
+:data:`READY` when done: until then :meth:`TraceStore.submit` takes nothing and the caller writes.
+
+The child takes one request at a time from its pipe: a request id and the ``bulk_log`` calls
 Trackio's own writer thread would make for the queued entries (``SQLiteStorage.bulk_log``,
-grouped by run as ``Run._write_logs_to_sqlite`` groups them). It answers one line per request on
-its stdout: ``<id> ok`` or ``<id> failed <why>``. It exits when its stdin closes (the parent ended
-or was killed); a request it had taken is finished first. A child that dies fails every request it
+grouped by run as ``Run._write_logs_to_sqlite`` groups them). It answers one line per request:
+``<id> ok`` or ``<id> failed <why>``. It exits when its pipe closes (the parent ended or was
+killed); a request it had taken is finished first. A child that dies fails every request it
 had not answered: the caller then looks up what storage holds and logs the rest again, as after
 any failed write. The child is in its parent's session, so the writer's CPU priority (its
 autogroup's nice) is the child's too.
