@@ -7,7 +7,8 @@ its private members.
 - :mod:`.runs`: which run: found, started, shared per project and name, opened by name;
 - :mod:`.sink`: ``TrackioSink``, a held run and the one place that calls ``run.log`` and
   ``run.finish`` and makes what was logged durable;
-- :mod:`.storage`: reads of what a run has stored (to tell a resent sample from a new one).
+- :mod:`.storage`: reads of what a run has stored (to tell a resent sample from a new one);
+- :mod:`.store`: Trackio's storage writes in a process of their own (the writer's, the receiver's).
 
 Trackio's private surface used, and what is lost without it (each missing piece is reported once,
 with one warning, and Trackio's public behaviour is used instead):
@@ -20,6 +21,9 @@ with one warning, and Trackio's public behaviour is used instead):
   without the deep copy ``run.log`` makes of every value first, and everything queued until a
   flush is written in one storage write. Without: ``run.log`` (the same rows, stored more
   slowly).
+- ``Run._storage_mode``, ``SQLiteStorage.bulk_log`` called as ``Run._write_logs_to_sqlite`` calls
+  it: the writer and the receiver write Traces in their store process, beside the conversion.
+  Without: they are written in the writer's (or receiver's) own process.
 - ``Run._warned_failures``: failed storage writes (disk full, read-only) are detected and counted
   as lost samples. Without: they stay Trackio's own warnings.
 - ``Run._next_step``: step-less metrics follow the run's own step clock. Without: they follow the

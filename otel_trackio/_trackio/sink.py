@@ -275,7 +275,7 @@ class TrackioSink:
             client_lock is None
             or queue_lock is None
             or getattr(run, "_storage_mode", None) != "sqlite"
-            or not getattr(run, "_is_local", False)
+            or is_remote(run)
             or not isinstance(getattr(run, "_warned_failures", None), set)
         ):
             return False
