@@ -22,7 +22,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_trackio import TrackioMetricExporter, set_step
-from otel_trackio.settings import HISTOGRAM_STATS
+from otel_trackio._settings import HISTOGRAM_STATS
 
 SETS = 100
 

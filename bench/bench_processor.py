@@ -22,6 +22,8 @@ from typing import Any
 import _workload as w  # sets a temp TRACKIO_DIR before trackio is imported
 
 SPANS = 1000
+
+
 def _attributes(i: int) -> dict[str, Any]:
     """A GenAI span's attributes; its messages its own (as in a rollout: an encoder may not
     count on one string object shared by every span)."""

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.open_spans import FirstKnown, OpenSpans
 from otel_trackio._engine.steps import PROCESS_STEPS
+from otel_trackio._environment_variables import OTEL_EXPORTER_TRACKIO_OFFLOAD
 from otel_trackio._offload.client import OffloadClient, portable
+from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.installed import RunLike, is_remote
 from otel_trackio._trackio.sink import TrackioSink
-from otel_trackio.environment_variables import OTEL_EXPORTER_TRACKIO_OFFLOAD
-from otel_trackio.settings import TrackioSettings
 
 if TYPE_CHECKING:  # the in-process engine is imported only when spans stay in process
     from otel_trackio._engine.run import RunEngine

@@ -36,13 +36,14 @@ from otel_trackio._codec.sdk import LogRecordExporter, LogRecordExportResult
 from otel_trackio._engine.intake import find_intake
 from otel_trackio._engine.report import say
 from otel_trackio._engine.stats import ExportStats
-from otel_trackio._offload.metric_exporter import SpooledMetricExporter
-from otel_trackio._trackio.installed import RunLike
-from otel_trackio._wiring import metrics_spool, with_offload_resolved
-from otel_trackio.environment_variables import (
+from otel_trackio._environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
     OTEL_EXPORTER_TRACKIO_PROJECT,
 )
+from otel_trackio._offload.metric_exporter import SpooledMetricExporter
+from otel_trackio._settings import TrackioConfigError, TrackioSettings
+from otel_trackio._trackio.installed import RunLike
+from otel_trackio._wiring import metrics_spool, with_offload_resolved
 from otel_trackio.log_exporter import LogExportStats, TrackioLogExporter
 from otel_trackio.metric_exporter import (
     DEFAULT_TEMPORALITY,
@@ -50,7 +51,6 @@ from otel_trackio.metric_exporter import (
     TrackioMetricExporter,
 )
 from otel_trackio.sampling import StepSampler, step_sampler
-from otel_trackio.settings import TrackioConfigError, TrackioSettings
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import OpenSampleTracker
 

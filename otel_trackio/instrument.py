@@ -28,7 +28,7 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 
 from otel_trackio._core.values import MAX_ITEMS, MAX_STRING_CHARS, json_safe, json_text
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
-from otel_trackio.settings import active_settings
+from otel_trackio._settings import active_settings
 
 __all__ = ["MAX_STRING_CHARS", "rollout", "traced"]
 

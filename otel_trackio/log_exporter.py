@@ -26,7 +26,7 @@ from otel_trackio._codec.sdk import (
 from otel_trackio._core.records import LogEventRecord
 from otel_trackio._engine.intake import EventIntake, find_intake
 from otel_trackio._engine.warn import Warnings
-from otel_trackio.settings import TrackioSettings, settings_for
+from otel_trackio._settings import TrackioSettings, settings_for
 from otel_trackio.span_exporter import TrackioSpanExporter
 
 if TYPE_CHECKING:  # a lone log exporter's own engine, imported only when it needs one

@@ -20,8 +20,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.view import Aggregation
 
 from otel_trackio._engine.metrics import DEFAULT_TEMPORALITY, MetricExportStats, MetricPath
+from otel_trackio._settings import TrackioSettings, settings_for
 from otel_trackio._trackio.installed import RunLike
-from otel_trackio.settings import TrackioSettings, settings_for
 
 if TYPE_CHECKING:
     from otel_trackio._core.metric_convert import ConverterMemory

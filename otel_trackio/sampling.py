@@ -45,7 +45,7 @@ from opentelemetry.util.types import Attributes
 
 from otel_trackio._engine import steps as _steps
 from otel_trackio._engine.report import say
-from otel_trackio.settings import TrackioConfigError, TrackioSettings, active_settings
+from otel_trackio._settings import TrackioConfigError, TrackioSettings, active_settings
 
 _KEPT = Decision.RECORD_AND_SAMPLE
 _DROPPED = SamplingResult(Decision.DROP)
@@ -75,7 +75,7 @@ class StepSampler(Sampler):
         samples_per_step: how many unique sample indices one step has in this process, if you
             know it; sets the hash threshold to ``N / samples_per_step``.
         step_attribute, sample_attribute: attribute names read at span start (default: those
-            of the process's active settings, see :func:`otel_trackio.settings.active_settings`).
+            of the process's active settings, see :func:`otel_trackio._settings.active_settings`).
         remembered_steps: decisions are kept for this many recent steps (memory bound).
         announce: say once, when it first leaves a sample out, that it does (stderr).
     """

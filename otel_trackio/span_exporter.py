@@ -14,10 +14,10 @@ from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
 from otel_trackio._engine.intake import EventIntake, register_intake
 from otel_trackio._engine.report import RunSummary, say
 from otel_trackio._engine.stats import ExportStats
+from otel_trackio._settings import TrackioSettings, activate_first, settings_for
 from otel_trackio._trackio.installed import RunLike, trackio_dir
 from otel_trackio._wiring import SpanWiring, plan_spans
 from otel_trackio.sampling import StepSampler
-from otel_trackio.settings import TrackioSettings, activate_first, settings_for
 
 if TYPE_CHECKING:  # the in-process engine is imported only when an exporter runs in process
     from otel_trackio._engine.pipeline import TracePipeline

@@ -35,7 +35,7 @@ from otel_trackio._codec.sdk import attributes_view
 from otel_trackio._engine.open_samples import OPEN_SAMPLES, OpenSampleRegistry
 from otel_trackio._offload.client import OffloadClient
 from otel_trackio._offload.span_spooler import SpanSpooler
-from otel_trackio.settings import active_settings
+from otel_trackio._settings import active_settings
 from otel_trackio.span_exporter import TrackioSpanExporter
 
 __all__ = ["DEEP_QUEUE_SIZE", "OpenSampleTracker", "TrackioSpanProcessor"]

@@ -40,13 +40,13 @@ from opentelemetry.util.types import Attributes
 
 from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
+from otel_trackio._settings import TrackioSettings, activate, settings_for
 from otel_trackio._trackio.installed import RunLike
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._wiring import metrics_spool, plan_spans, with_offload_resolved
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
 from otel_trackio.sampling import StepSampler, step_sampler
-from otel_trackio.settings import TrackioSettings, activate, settings_for
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import DEEP_QUEUE_SIZE, TrackioSpanProcessor
 

@@ -17,9 +17,9 @@ from typing import Any
 from otel_trackio._core.convert import outcome_status, search_text
 from otel_trackio._core.outcomes import outcome_row
 from otel_trackio._core.values import json_safe, limit, storable
+from otel_trackio._settings import TrackioSettings, active_settings
 from otel_trackio._trackio.installed import RunLike
 from otel_trackio._trackio.sink import TrackioSink
-from otel_trackio.settings import TrackioSettings, active_settings
 
 DEFAULT_MAX_VALUE_CHARS: int = TrackioSettings().max_value_chars
 

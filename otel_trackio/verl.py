@@ -70,9 +70,9 @@ from opentelemetry.trace import Span, Status, StatusCode
 from otel_trackio._core.conventions import chat_markup
 from otel_trackio._core.conventions.tokens import DECODED_TEXT_ATTRIBUTES, token_ids
 from otel_trackio._core.values import json_safe, json_text
+from otel_trackio._settings import TrackioSettings
 from otel_trackio.instrument import rollout
 from otel_trackio.sampling import step_sampler
-from otel_trackio.settings import TrackioSettings
 from otel_trackio.span_exporter import TrackioSpanExporter
 from otel_trackio.span_processor import DEEP_QUEUE_SIZE, OpenSampleTracker, TrackioSpanProcessor
 

@@ -34,7 +34,7 @@ import pytest  # noqa: E402
 from trackio import context_vars  # noqa: E402
 from trackio.sqlite_storage import SQLiteStorage  # noqa: E402
 
-from otel_trackio import settings  # noqa: E402
+from otel_trackio import _settings as settings  # noqa: E402
 from otel_trackio._engine import steps as _steps  # noqa: E402
 
 # The fault suite's tally (inputs tried / crashes / samples lost), printed after the run.

@@ -37,8 +37,8 @@ from otel_trackio._core.metric_convert import (
     explicit_distribution,
     exponential_distribution,
 )
+from otel_trackio._settings import HISTOGRAM_STATS
 from otel_trackio._trackio.installed import FALLBACK_RESERVED_KEYS
-from otel_trackio.settings import HISTOGRAM_STATS
 
 
 def _provider(exporter: TrackioMetricExporter) -> MeterProvider:

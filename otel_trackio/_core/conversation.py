@@ -41,7 +41,7 @@ from typing import Any
 from otel_trackio._core.conventions import NO_CONTENT_NOTE, NOTE_KEY, SpanFacts, chat_markup, tokens
 from otel_trackio._core.conventions._common import parse_json
 from otel_trackio._core.records import SpanRecord
-from otel_trackio.settings import TokenDecoder
+from otel_trackio._settings import TokenDecoder
 
 #: message keys kept in the conversation (span outputs keep everything, e.g. ``finish_reason``).
 MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")

@@ -15,7 +15,7 @@ from otel_trackio._core.metric_convert import format_attribute
 from otel_trackio._core.records import UNFINISHED, SpanRecord
 from otel_trackio._core.samples import Sample
 from otel_trackio._core.values import as_text, attribute_json, cut_text, limit, storable
-from otel_trackio.settings import TrackioSettings
+from otel_trackio._settings import TrackioSettings
 
 TraceDict = dict[str, Any]
 

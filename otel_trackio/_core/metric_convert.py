@@ -34,7 +34,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from otel_trackio._core.values import parse_step, utf8
-from otel_trackio.settings import HISTOGRAM_STATS
+from otel_trackio._settings import HISTOGRAM_STATS
 
 # Series whose key Trackio would rename (reserved, or starting with "__") get this prefix.
 RENAME_PREFIX = "otel/"

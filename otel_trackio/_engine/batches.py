@@ -15,7 +15,7 @@ from otel_trackio._core.samples import Sample
 from otel_trackio._core.values import as_float
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
-from otel_trackio.settings import TrackioSettings
+from otel_trackio._settings import TrackioSettings
 
 
 def order_key(value: Any) -> tuple[int, float, str]:

@@ -27,10 +27,10 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricsData
 
 from otel_trackio._engine import steps as _steps
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.installed import RunLike, reserved_keys
 from otel_trackio._trackio.payloads import histogram
 from otel_trackio._trackio.sink import TrackioSink
-from otel_trackio.settings import TrackioSettings
 
 if TYPE_CHECKING:
     from otel_trackio._core.metric_convert import ConverterMemory

@@ -10,8 +10,8 @@ from otel_trackio._core.convert import TraceDict
 from otel_trackio._core.outcomes import StepTables, outcome_row
 from otel_trackio._engine.batches import order_key
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.sink import TrackioSink
-from otel_trackio.settings import TrackioSettings
 
 
 class OutcomeTables:

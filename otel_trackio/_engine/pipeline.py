@@ -34,8 +34,8 @@ from otel_trackio._engine.outcome_tables import OutcomeTables
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._engine.writes import WriteLedger
+from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.sink import TrackioSink
-from otel_trackio.settings import TrackioSettings
 
 T = TypeVar("T")
 

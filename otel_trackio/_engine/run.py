@@ -21,11 +21,11 @@ from otel_trackio._engine.metrics import MetricPath
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.stats import ExportStats
+from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.installed import RunLike
 from otel_trackio._trackio.runs import open_run_by_name
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.store import TraceStore
-from otel_trackio.settings import TrackioSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricsData

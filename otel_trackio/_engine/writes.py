@@ -20,9 +20,9 @@ from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._engine.batches import sample_order
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.storage import stored_span_ids
-from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
 

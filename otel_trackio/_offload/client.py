@@ -59,6 +59,7 @@ from otel_trackio._offload.protocol import (
     read_opened,
 )
 from otel_trackio._offload.watch import WriterWatch, is_stopped
+from otel_trackio._settings import TrackioSettings
 from otel_trackio._spool.paths import process_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import (
     Checkpoint,
@@ -72,7 +73,6 @@ from otel_trackio._spool.segments import (
 )
 from otel_trackio._trackio.installed import trackio_dir
 from otel_trackio._trackio.sink import TrackioSink
-from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio")
 

@@ -24,8 +24,8 @@ from otel_trackio._codec.packing import (
     pack,
     unpack,
 )
+from otel_trackio._settings import TrackioSettings, load_token_decoder
 from otel_trackio._trackio.runs import OpenedElsewhere
-from otel_trackio.settings import TrackioSettings, load_token_decoder
 
 CONFIG_FILE = "writer.config"
 OPENED_FILE = "opened.json"

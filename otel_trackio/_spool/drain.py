@@ -45,6 +45,7 @@ from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.stats import ExportStats, step_ranges, steps_in
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._settings import FSYNC_POLICIES
 from otel_trackio._spool.metric_memory import MetricMemory
 from otel_trackio._spool.replay import REPLAYABLE_KEY, ReplayCheck, ReplayCounts
 from otel_trackio._spool.segments import (
@@ -60,7 +61,6 @@ from otel_trackio._spool.segments import (
     save_checkpoint,
     sync_segments,
 )
-from otel_trackio.settings import FSYNC_POLICIES
 
 BACKOFF_SECONDS = (0.5, 30.0)
 """The drainer's wait before retrying a failed write or checkpoint: from the first, doubling,
@@ -112,7 +112,7 @@ class Drainer:
             pipelines look them up when they log samples early), and the producer's reports
             of its spans open long (a trace logged at the TTL shows them).
         cycle_bytes: payload bytes handed over per cycle at most.
-        fsync: the spool's fsync policy (see :data:`~otel_trackio.settings.FSYNC_POLICIES`):
+        fsync: the spool's fsync policy (see :data:`~otel_trackio._settings.FSYNC_POLICIES`):
             anything but ``never`` forces the segments a checkpoint covers, then the
             checkpoint, to the disk.
         receiving: when (monotonic) the oldest request the producer is still taking began,

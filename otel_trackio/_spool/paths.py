@@ -20,8 +20,8 @@ import uuid
 from pathlib import Path
 
 from otel_trackio._core.names import folder_name
+from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.installed import trackio_dir
-from otel_trackio.settings import TrackioSettings
 
 UNNAMED = "%unnamed"
 """The folder of a run Trackio is still to name (no encoded name is this: see

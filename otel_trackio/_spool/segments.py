@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from otel_trackio.settings import FSYNC_POLICIES
+from otel_trackio._settings import FSYNC_POLICIES
 
 HEADER = struct.Struct("<2sBBIIQ")  # magic, kind, flags, payload length, crc32, append time ns
 MAGIC = b"OT"
@@ -314,9 +314,7 @@ class Producer:
 
     def _rotate(self) -> None:
         """Start the next segment (open it first: when that fails, the current one goes on)."""
-        following = open(
-            segment_path(self.path, self._seq + 1), "ab", buffering=0, opener=private
-        )
+        following = open(segment_path(self.path, self._seq + 1), "ab", buffering=0, opener=private)
         if self.fsync != "never":
             with contextlib.suppress(OSError):
                 os.fsync(self._file.fileno())

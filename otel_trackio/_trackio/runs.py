@@ -99,10 +99,10 @@ def claim_project_file(project: str) -> None:
     Trackio leaves some characters out of a project's file name (``a/b``, ``a.b`` and ``ab``
     are all ``ab.db``): two such projects would share their runs. The first name to use a file
     claims it (a small file beside it in Trackio's folder); another name raises
-    :class:`~otel_trackio.settings.TrackioConfigError` saying which."""
+    :class:`~otel_trackio._settings.TrackioConfigError` saying which."""
     from trackio.sqlite_storage import SQLiteStorage
 
-    from otel_trackio.settings import TrackioConfigError
+    from otel_trackio._settings import TrackioConfigError
 
     filename = SQLiteStorage.get_project_db_filename(project)
     claim = trackio_dir() / f"{filename}.otel-trackio-project"

@@ -33,6 +33,7 @@ from otel_trackio._engine.report import RunSummary
 from otel_trackio._engine.run import RunEngine, build_run_engine, make_named_run_exist
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._settings import TrackioSettings, split_options
 from otel_trackio._spool.drain import Drainer
 from otel_trackio._spool.paths import receiver_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import Producer, SpoolFull, holds_segments
@@ -44,7 +45,6 @@ from otel_trackio.receiver._limits import DEFAULT_LIMITS, ROOM_IDLE_SECONDS
 from otel_trackio.receiver._names import printable_name
 from otel_trackio.receiver._run_names import RunNames
 from otel_trackio.receiver._stats import Outcome, ReceiverStats, ReceiverTotals
-from otel_trackio.settings import TrackioSettings, split_options
 
 _logger = logging.getLogger("otel_trackio.receiver")
 

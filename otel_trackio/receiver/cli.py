@@ -182,9 +182,9 @@ def _drain(args: argparse.Namespace) -> int:
     from otel_trackio._offload.protocol import CONFIG_FILE, FINISH_FLAG
     from otel_trackio._offload.writer import ORPHAN_FLAG
     from otel_trackio._offload.writer import main as drain_offload_spool
+    from otel_trackio._settings import TrackioSettings
     from otel_trackio._spool.paths import spool_root
     from otel_trackio.receiver._routing import Router
-    from otel_trackio.settings import TrackioSettings
 
     if args.spool and (Path(args.spool) / CONFIG_FILE).exists():
         return drain_offload_spool([args.spool, ORPHAN_FLAG, FINISH_FLAG])
@@ -258,9 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "drain":
         return _drain(args)
     try:
+        from otel_trackio._settings import TrackioSettings
         from otel_trackio._spool.segments import SpoolInUse
         from otel_trackio.receiver.server import OTLPReceiver
-        from otel_trackio.settings import TrackioSettings
     except ImportError as exc:  # pragma: no cover - depends on the install
         from otel_trackio.receiver import missing_extra
 

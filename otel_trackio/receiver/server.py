@@ -18,6 +18,7 @@ from typing import Any
 import uvicorn
 
 from otel_trackio._engine.report import open_line
+from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.installed import trackio_dir
 from otel_trackio.receiver._body import BodyBudget
 from otel_trackio.receiver._grpc import GrpcListener
@@ -26,7 +27,6 @@ from otel_trackio.receiver._protocol import guarded_protocol
 from otel_trackio.receiver._routing import Router
 from otel_trackio.receiver._summary import Summary, troubles
 from otel_trackio.receiver.app import create_app
-from otel_trackio.settings import TrackioSettings
 
 _logger = logging.getLogger("otel_trackio.receiver")
 

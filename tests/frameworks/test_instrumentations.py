@@ -311,9 +311,7 @@ def test_openllmetry_json_form(project, server, trackio_dir):
 
 @pytest.mark.parametrize("logs", ["first", "after"])
 @pytest.mark.parametrize("capture", ["EVENT_ONLY", "SPAN_AND_EVENT"])
-def test_openai_v2_log_events_give_the_same_conversation(
-    capture, logs, project, server, genai_env
-):
+def test_openai_v2_log_events_give_the_same_conversation(capture, logs, project, server, genai_env):
     """2.4b0 with content in a ``gen_ai.client.inference.operation.details`` log record
     (``EVENT_ONLY``: nothing on the span; ``SPAN_AND_EVENT``: both), its log records exported
     before or after the spans: the same messages as ``SPAN_ONLY``, each once."""
@@ -348,7 +346,11 @@ print(json.dumps(t.run_conversation("openai-v2", sys.argv[1], sys.argv[2], logs=
 @pytest.mark.parametrize("logs", ["first", "after"])
 def test_openai_v2_per_message_log_events(logs, project, server, trackio_dir):
     lines = run_beside(
-        OPENAI_V2_EVENTS, PER_MESSAGE_SCRIPT, project, server.base_url, logs,
+        OPENAI_V2_EVENTS,
+        PER_MESSAGE_SCRIPT,
+        project,
+        server.base_url,
+        logs,
         trackio_dir=trackio_dir,
     )
     assert lines[0].startswith("2.3"), lines

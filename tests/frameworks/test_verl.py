@@ -440,9 +440,10 @@ def test_verls_tool_agent_loop_stores_the_conversation_it_held(
         generations = [s for s in trace["spans"] if s["kind"] == "generation"]
         assert len(generations) == 2 and all(g["usage"]["output_tokens"] for g in generations)
         assert generations[0]["output"].endswith("</tool_call><|im_end|>")  # decoded as it was
-        assert generations[0]["metadata"]["prompt_ids.count"] == generations[0]["usage"][
-            "input_tokens"
-        ]
+        assert (
+            generations[0]["metadata"]["prompt_ids.count"]
+            == generations[0]["usage"]["input_tokens"]
+        )
         tools = [s for s in trace["spans"] if s["kind"] == "tool"]
         assert sorted((t["input"]["expr"], t["output"]) for t in tools) == [
             (e, r) for e, r in (("2+2", "4"), ("3+3", "6"))[: len(tools)]

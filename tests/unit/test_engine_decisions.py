@@ -11,7 +11,7 @@ from opentelemetry._logs import LogRecord
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_trackio import TrackioLogExporter, TrackioSpanExporter, set_step
-from otel_trackio.settings import active_settings
+from otel_trackio._settings import active_settings
 
 
 def test_an_explicit_grace_period_below_the_log_default_is_kept_by_a_lone_log_exporter(project):

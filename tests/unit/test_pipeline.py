@@ -470,9 +470,7 @@ def test_storage_refusing_a_write_behind_keeps_the_samples_until_it_takes_them(
     assert _counts(project) == Counter({(1, 0): 1, (1, 1): 1})
 
 
-def test_a_closed_store_takes_nothing_and_the_pipeline_writes_itself(
-    project, pipeline_of, store
-):
+def test_a_closed_store_takes_nothing_and_the_pipeline_writes_itself(project, pipeline_of, store):
     pipeline = pipeline_of(store=store)
     store.close()
     store.close()  # idempotent

@@ -67,7 +67,7 @@ from otel_trackio._core.samples import (
     SampleIdentity,
     StepMemory,
 )
-from otel_trackio.settings import TrackioSettings
+from otel_trackio._settings import TrackioSettings
 
 
 @dataclass(slots=True)

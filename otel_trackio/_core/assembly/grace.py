@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from otel_trackio._core.conventions import messages_may_follow_as_log_events
 from otel_trackio._core.records import SpanRecord
-from otel_trackio.settings import TrackioSettings
+from otel_trackio._settings import TrackioSettings
 
 RECEIVER_GRACE_SECONDS = 5.0
 """The OTLP receiver's default grace period: one default ``BatchSpanProcessor`` schedule delay

@@ -60,7 +60,7 @@ from otel_trackio._core.conventions._common import (
 )
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.values import as_float, as_int, as_text
-from otel_trackio.settings import TrackioSettings
+from otel_trackio._settings import TrackioSettings
 
 __all__ = [
     "NOTE_KEY",

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from otel_trackio.settings import TokenDecoder
+from otel_trackio._settings import TokenDecoder
 
 #: side → the attribute holding the text already decoded from that side's token ids
 DECODED_TEXT_ATTRIBUTES: Mapping[str, str] = {"input": "prompt_text", "output": "response_text"}
