@@ -520,3 +520,38 @@ def test_a_clean_stop_keeps_its_runs_for_the_resend_horizon_only(tmp_path):
     assert third.earlier("p") == ()
     third.keep_as_earlier()  # nothing left to keep
     assert not (tmp_path / "earlier-runs.json").exists()
+
+
+def _store_processes() -> list[int]:
+    """The store processes (``_trackio/store.py``) this test process started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(") ", 1)[1].split()[1])
+        state = stat.rsplit(") ", 1)[1].split()[0]
+        if parent == os.getpid() and state != "Z" and b"_trackio/store.py" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def test_the_store_process_starts_with_the_receiver_not_with_its_first_write(
+    project, start_receiver
+):
+    """Trackio's write runs in a store process beside the drain; it starts (importing Trackio)
+    with the receiver, so the first requests are not written on the drain thread meanwhile."""
+    before = set(_store_processes())
+    receiver = start_receiver(sample_grace_seconds=0)
+    wait_until(lambda: set(_store_processes()) - before, "the receiver's store process", 30)
+    [store] = set(_store_processes()) - before
+    exporter = OTLPSpanExporter(endpoint=receiver.url + "/v1/traces")
+    assert exporter.export(_spans(2)).name == "SUCCESS"
+    wait_until(lambda: receiver.router.totals().samples == 2)
+    receiver.stop()
+    wait_until(lambda: store not in _store_processes(), "the store to end with the receiver", 30)
+    assert len(read_traces(project, "r")) == 2

@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         drainer = _take(path, lambda route: own, registry, settings.spool_fsync, 0.0, pace)
         if drainer is None:
             return 0
-    # Forked now, while no thread runs here (Trackio's start with the run): ready at once.
+    # Started now: forked while no thread runs here (Trackio starts with the run), ready at once.
     store = TraceStore(trackio_dir())
     store.start()
     try:

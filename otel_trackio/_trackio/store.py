@@ -8,8 +8,9 @@ cores the time until durable is bounded by Trackio's own write.
 
 The child is forked from a writer that runs no other thread yet, with Trackio imported (ready at
 once; it closes every file it inherited but its pipes, so a spool lock never outlives the
-writer); otherwise it is this file run as a script, which imports Trackio first and says
-:data:`READY` when done: until then :meth:`TraceStore.submit` takes nothing and the caller writes.
+writer); otherwise (the receiver, which starts it with itself) it is this file run as a script,
+which imports Trackio first and says :data:`READY` when done: until then
+:meth:`TraceStore.submit` takes nothing and the caller writes.
 
 The child takes one request at a time from its pipe: a request id and the ``bulk_log`` calls
 Trackio's own writer thread would make for the queued entries (``SQLiteStorage.bulk_log``,
@@ -78,8 +79,8 @@ def bulk_log_calls(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
 
 class TraceStore:
     """The parent's side of a store process: :meth:`submit` hands it the entries a run queued,
-    :meth:`wait` tells how their write went. The process starts on the first request and again
-    after it died; thread-safe."""
+    :meth:`wait` tells how their write went. The process starts with :meth:`start` (or else
+    the first request) and again after it died; thread-safe."""
 
     def __init__(self, trackio_dir: Path) -> None:
         self._trackio_dir = trackio_dir
@@ -92,16 +93,19 @@ class TraceStore:
         self._next_id = 0
         self._closed = False
 
-    def start(self) -> None:
-        """Fork the store process now if this process runs no other thread (a lock another
-        thread held would stay held in the child): Trackio is imported already, so it is ready
-        at once. Otherwise it starts with the first request, afresh (importing Trackio takes a
-        while; what arrives meanwhile is written by the caller)."""
+    def start(self, *, fork: bool = True) -> None:
+        """Start the store process now, so that it takes writes by the time they come. Forked
+        when ``fork`` allows and this process runs no other thread (a lock another thread held
+        would stay held in the child): Trackio is imported already, so it is ready at once.
+        Otherwise afresh: it takes writes once it has imported Trackio, and what arrives
+        meanwhile is written by the caller."""
         with self._lock:
-            if not self._closed and threading.active_count() == 1:
+            if self._closed:
+                return
+            fork = fork and threading.active_count() == 1
+            if fork:
                 import trackio.sqlite_storage  # noqa: F401 - the child finds it imported
-
-                self._running(fork=True)
+            self._running(fork=fork)
 
     def ready(self, timeout_seconds: float) -> bool:
         """Start the process if it is not running and wait until it takes writes (True), at

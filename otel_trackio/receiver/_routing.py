@@ -173,9 +173,10 @@ class Router:
             self.spool_path, int(chosen.spool_max_mb * 1024 * 1024), fsync=chosen.spool_fsync
         )
         # Every route's Traces are written in this process of their own, beside the drain. It
-        # starts with the first write, afresh (not forked: gRPC is loaded here); until it has
-        # imported Trackio, Traces are written on the drain thread.
+        # starts now, afresh (not forked: gRPC is loaded here); until it has imported Trackio,
+        # Traces are written on the drain thread.
         self._store = TraceStore(trackio_dir())
+        self._store.start(fork=False)
         try:
             self._names = RunNames(self.spool_path, resume=self.resumed)
             self.default = self._route_for((project, name))
