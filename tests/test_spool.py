@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import SERVE, OffloadWithLogEvents, read_traces, wait_until
+from conftest import SERVE, OffloadWithLogEvents, read_traces, sample_spans, wait_until
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -685,3 +685,41 @@ def test_a_drainer_taking_over_after_the_close_was_handed_over_knows_the_produce
     assert finished
     second.close()
     producer.close()
+
+
+@pytest.mark.parametrize("sole_producer", [True, False], ids=["offload writer", "receiver"])
+def test_a_sole_producers_steps_cost_no_storage_read(project, tmp_path, monkeypatch, sole_producer):
+    """The offload writer's spool has one producer, whose samples no other process stores: a
+    step new to its drainer costs no storage read (only replayed entries are looked up). A
+    receiver's drainer reads once per step: a client may have sent the same request to the other
+    receiver of the run. Each sample is stored once either way."""
+    from otel_trackio._engine.run import build_run_engine
+    from otel_trackio._spool import replay
+    from otel_trackio._spool.drain import Drainer
+    from otel_trackio.settings import TrackioSettings
+
+    reads: list[int] = []
+    real_read = replay.has_traces_at
+
+    def counted(sink, step, run_name=None):
+        reads.append(step)
+        return real_read(sink, step, run_name)
+
+    monkeypatch.setattr(replay, "has_traces_at", counted)
+    producer = Producer(tmp_path / "spool", 1 << 24)
+    engine = build_run_engine(
+        TrackioSettings(project=project, name="r", sample_grace_seconds=0), transport="offload"
+    )
+    drainer = Drainer(tmp_path / "spool", lambda route: engine, sole_producer=sole_producer)
+    for step in (0, 1):  # appended after the drainer began: nothing of it is a replay
+        producer.append(codec.SPANS, codec.encode_sdk_spans(sample_spans(step, range(3))))
+    while drainer.cycle():
+        pass
+    drainer.close()
+    engine.shutdown()
+    producer.close()
+    assert reads == ([] if sole_producer else [0, 1])
+    stored = sorted(
+        (t["metadata"]["step"], t["metadata"]["sample_index"]) for t in read_traces(project, "r")
+    )
+    assert stored == [(s, i) for s in (0, 1) for i in range(3)]

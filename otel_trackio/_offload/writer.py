@@ -180,6 +180,7 @@ def _take(
                 open_roots=registry,
                 fsync=fsync,
                 between_cycles=between_cycles,
+                sole_producer=True,
             )
         except RuntimeError:
             if time.monotonic() >= deadline:

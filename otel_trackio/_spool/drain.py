@@ -125,6 +125,10 @@ class Drainer:
         earlier_runs: the runs a pipeline's data went to at earlier starts of this spool under
             other names, looked up with its own for data sent again (see
             :class:`~.replay.ReplayCheck`).
+        sole_producer: the spool's producer is the only sender of its samples (the offload
+            writer's rollout process): no other process stores them, so storage is read only
+            for replayed entries, not once for each step as it is for a receiver's data,
+            which a client may send again to another receiver of the run.
     """
 
     def __init__(
@@ -138,6 +142,7 @@ class Drainer:
         receiving: Callable[[], float | None] | None = None,
         between_cycles: Callable[[], object] | None = None,
         earlier_runs: Callable[[TracePipeline], Sequence[str]] | None = None,
+        sole_producer: bool = False,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy {fsync!r}: expected one of {FSYNC_POLICIES}")
@@ -149,6 +154,7 @@ class Drainer:
         self._receiving = receiving
         self._between_cycles = between_cycles
         self._earlier_runs = earlier_runs or _no_earlier_runs
+        self._sole_producer = sole_producer
         # Notes (moment, position): every request begun before the moment is in the spool
         # before the position (see receiving), oldest first.
         self._received: deque[tuple[float, Position]] = deque()
@@ -421,6 +427,7 @@ class Drainer:
                 self._replayed,
                 lambda record: self._origin.get(id(record)),
                 earlier_runs=lambda: self._earlier_runs(pipeline),
+                others_store=not self._sole_producer,
             )
 
     # -- checkpoints ---------------------------------------------------------------------------
