@@ -555,3 +555,46 @@ def test_the_store_process_starts_with_the_receiver_not_with_its_first_write(
     receiver.stop()
     wait_until(lambda: store not in _store_processes(), "the store to end with the receiver", 30)
     assert len(read_traces(project, "r")) == 2
+
+
+def test_the_router_spools_each_route_and_drains_it_into_its_own_run(project, tmp_path):
+    """The Router by itself, without a server: a request decoded into two routes (a resource
+    naming ``trackio.run`` and one naming nothing) is spooled as one unit, drained by its own
+    thread into one run each, counted, and the spool is gone after a clean shutdown."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from otel_trackio._codec.otlp import decode_traces
+    from otel_trackio.receiver._routing import Router
+
+    spool = tmp_path / "spool"
+    router = Router(project, "r", spool=spool, sample_grace_seconds=0)
+    try:
+        own = _spans_for(Resource.create({"service.name": "a"}), range(3))
+        named = _spans_for(Resource.create({"trackio.run": "other"}), range(2))
+        outcome = router.export_spans(decode_traces(encode_spans(own + named)))
+        assert outcome.rejected == 0 and outcome.message == ""
+        assert router.wait_drained(30)
+        wait_until(lambda: router.totals().samples == 5, "both routes' samples")
+    finally:
+        assert router.shutdown()
+    assert sorted(t["metadata"]["sample_index"] for t in read_traces(project, "r")) == [0, 1, 2]
+    assert sorted(t["metadata"]["sample_index"] for t in read_traces(project, "other")) == [0, 1]
+    assert {(s.project, s.run, s.stats.samples_logged) for s in router.run_summaries()} == {
+        (project, "r", 3),
+        (project, "other", 2),
+    }
+    assert not spool.exists()
+
+
+def _spans_for(resource: Resource, indexes: range) -> list:
+    """Finished SDK spans of whole samples at step 0 under ``resource``."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+    for index in indexes:
+        with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": index}):
+            with tracer.start_as_current_span("generate"):
+                pass
+    provider.shutdown()
+    return list(memory.get_finished_spans())
