@@ -427,7 +427,7 @@ class Drainer:
                 self._replayed,
                 lambda record: self._origin.get(id(record)),
                 earlier_runs=lambda: self._earlier_runs(pipeline),
-                others_store=not self._sole_producer,
+                sole_producer=self._sole_producer,
             )
 
     # -- checkpoints ---------------------------------------------------------------------------

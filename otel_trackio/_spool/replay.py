@@ -77,21 +77,21 @@ class ReplayCheck:
         origin: Callable[[SpanRecord], Position | None],
         *,
         earlier_runs: Callable[[], Sequence[str]] = tuple,
-        others_store: bool = True,
+        sole_producer: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``earlier_runs``: the runs of the project that earlier starts of this drainer's
         spool stored into under other names (a receiver started without ``--name`` makes a new
         run each start), whose storage is looked up too while a client may still send their
-        requests again. ``others_store``: whether another process may store these very samples
-        (a client sends a request again to the other receiver of the run); when not (the
-        offload writer: its rollout process spools each span once), only replayed entries and
+        requests again. ``sole_producer``: no other process may store these very samples (the
+        offload writer: its rollout process spools each span once, where a receiver's client
+        may send a request again to the other receiver of the run): only replayed entries and
         forgotten steps are looked up, and a step new to this drainer costs no read."""
         self._pipeline = pipeline
         self._replayed = replayed  # span ids of replayed entries, shared by a drainer's routes
         self._origin = origin
         self._earlier_runs = earlier_runs
-        self._others_store = others_store
+        self._sole_producer = sole_producer
         self._clock = clock
         # Steps met so far, and those of them that had Traces in storage when first met (from
         # before this drainer, or from another process logging to the run).
@@ -141,7 +141,7 @@ class ReplayCheck:
         read per step): stored before this drainer began, or by another process logging to the
         run (one of a fail-over pair). A sample sent again to this process after another stored
         it is looked up there. Storage unreadable: not (a duplicate beats a loss)."""
-        if not self._others_store:
+        if self._sole_producer:
             return False
         if step not in self._met:
             self._met.add(step)

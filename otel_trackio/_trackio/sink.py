@@ -254,11 +254,6 @@ class TrackioSink:
         """Write this holder's entries behind, in ``store``'s process (see :meth:`write_behind`)."""
         self._store = store
 
-    @property
-    def writing_behind(self) -> bool:
-        """True while a write handed to the store has not been answered yet."""
-        return self._behind is not None
-
     def write_behind(self) -> bool:
         """Hand what the held run has queued to the store process and return at once: it is
         durable once :meth:`settle` (or :meth:`flush`) says so. Only after the previous write
