@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from otel_trackio._core.samples import stored_span_key
-from otel_trackio._trackio.installed import is_remote, lost
+from otel_trackio._trackio.installed import is_remote, lost, run_id
 from otel_trackio._trackio.sink import TrackioSink
 
 _logger = logging.getLogger("otel_trackio")
@@ -39,17 +39,29 @@ def _read_run_storage(
         return None
 
 
+def _run_of(sink: TrackioSink, run_name: str | None) -> tuple[str, str | None]:
+    """(name, Trackio id) of run ``run_name`` of the sink's project, or of the sink's run. By
+    its id the sink's run is found through an index, and it is the sink's run even when others
+    share its name; a run asked for by name is looked up by name (Trackio then scans the
+    project's Traces for its id)."""
+    if run_name is not None:
+        return run_name, None
+    return sink.run_name, run_id(sink.run)
+
+
 def has_traces_at(sink: TrackioSink, step: int, run_name: str | None = None) -> bool | None:
     """Whether the sink's run (or run ``run_name`` of its project) has a Trace stored at
-    ``step`` now (one indexed read, cheap however large the run). None when storage cannot be
-    read now; False for a remote run."""
+    ``step`` now (for the sink's run one indexed read, cheap however large the project). None
+    when storage cannot be read now; False for a remote run."""
     if is_remote(sink.run):
         return False
     from trackio.sqlite_storage import SQLiteStorage
 
-    name = sink.run_name if run_name is None else run_name
+    name, identity = _run_of(sink, run_name)
     try:
-        return bool(SQLiteStorage.get_traces(sink.project, name, step=step, limit=1))
+        return bool(
+            SQLiteStorage.get_traces(sink.project, name, run_id=identity, step=step, limit=1)
+        )
     except Exception as exc:  # noqa: BLE001 - unreadable now: the caller decides
         _logger.warning("otel-trackio: could not read the traces of step %d: %r", step, exc)
         return None
@@ -63,10 +75,10 @@ def stored_span_ids(
     (:func:`~otel_trackio._core.samples.stored_span_key`): to tell which spans of a replayed or
     retried sample are stored already. None when storage cannot be read now (try again later);
     empty for a remote run, whose storage cannot be read here."""
-    name = sink.run_name if run_name is None else run_name
+    name, identity = _run_of(sink, run_name)
 
     def read(storage: Any) -> list[dict[str, Any]]:
-        return list(storage.get_traces(sink.project, name, step=step))
+        return list(storage.get_traces(sink.project, name, run_id=identity, step=step))
 
     nothing: list[dict[str, Any]] = []
     rows = _read_run_storage(sink, name, read, nothing, "stored traces")

@@ -21,7 +21,7 @@ from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._trackio import installed as door
 from otel_trackio._trackio.sink import TrackioSink
-from otel_trackio._trackio.storage import stored_span_ids
+from otel_trackio._trackio.storage import has_traces_at, stored_span_ids
 
 WAIT = 30.0  # seconds: the most Trackio's own writer thread may take with the CPU busy
 TRACE = {
@@ -177,6 +177,27 @@ def test_flush_makes_a_log_durable_before_it_returns(project):
         assert stored_span_ids(sink, "other-key", 7) == set()
     finally:
         real.finish()
+
+
+def test_stored_traces_are_read_from_the_sinks_own_run_when_another_shares_its_name(project):
+    # verl's Tracking opens its run with resume="never": a second run of the same name.
+    first = trackio.init(project=project, name="shared")
+    first_sink = TrackioSink(run=first)
+    second: Any = None
+    try:
+        first_sink.log_traces("traces", [TRACE], step=7)
+        assert first_sink.flush()
+        second = trackio.init(project=project, name="shared", resume="never")
+        assert second.id != first.id
+        second_sink = TrackioSink(run=second)
+        assert has_traces_at(second_sink, 7) is False  # the first run's Trace is not its own
+        assert stored_span_ids(second_sink, "traces", 7) == set()
+        assert has_traces_at(first_sink, 7) is True
+        assert stored_span_ids(first_sink, "traces", 7) == {"00000000000000aa"}
+    finally:
+        first.finish()
+        if second is not None:
+            second.finish()
 
 
 def test_a_run_without_trackio_internals_still_stores_and_says_once_what_is_lost(project, lacks):
