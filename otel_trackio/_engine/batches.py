@@ -60,6 +60,26 @@ class Converter:
             return bare_trace(sample, repr(exc))
 
 
+#: About how many spans a write behind hands its store process at a time: the next part is
+#: converted while the store writes this one, instead of one waiting for the other.
+WRITE_BEHIND_PART_SPANS = 512
+
+
+def in_parts(samples: Iterable[Sample], spans_per_part: int) -> list[list[Sample]]:
+    """Samples in step and sample order, cut into parts of about ``spans_per_part`` spans each
+    (a sample is never cut); at least one part, maybe empty."""
+    ordered = sorted(samples, key=lambda s: (order_key(s.identity.step), sample_order(s)))
+    parts: list[list[Sample]] = [[]]
+    spans = 0
+    for sample in ordered:
+        if spans >= spans_per_part:
+            parts.append([])
+            spans = 0
+        parts[-1].append(sample)
+        spans += len(sample.spans)
+    return parts
+
+
 #: How long the conversion beside a rollout keeps the GIL before it hands it over (seconds).
 YIELD_EVERY_SECONDS = 0.001
 

@@ -27,7 +27,12 @@ from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, Sample, StepMemory
-from otel_trackio._engine.batches import Converter, by_step
+from otel_trackio._engine.batches import (
+    WRITE_BEHIND_PART_SPANS,
+    Converter,
+    by_step,
+    in_parts,
+)
 from otel_trackio._engine.expiry import ExpiryTimer
 from otel_trackio._engine.gate import Gate
 from otel_trackio._engine.outcome_tables import OutcomeTables
@@ -217,11 +222,11 @@ class TracePipeline:
             samples = self._drain()
             samples.extend(buffer())
             samples.extend(self.assembler.expire())
-            logged = self._log(samples)
-            self._schedule()
             timeout = self._write_timeout(timeout_seconds)
             if self._write_behind:
-                return self._writes.write_behind(timeout) and logged
+                return self._log_behind(samples, timeout)
+            logged = self._log(samples)
+            self._schedule()
             # Write them now (the caller's export thread): an export that returned SUCCESS
             # survives a crash, and a disk that is full or read-only shows up as a failure.
             return self._write(timeout) and logged
@@ -231,6 +236,16 @@ class TracePipeline:
             return False
         finally:
             self._unlock()
+
+    def _log_behind(self, samples: list[Sample], timeout_seconds: float) -> bool:
+        """Log ``samples`` and hand them to the store process part by part (lock held): each
+        part is converted while the store writes the one before it."""
+        ok = True
+        for part in in_parts(samples, WRITE_BEHIND_PART_SPANS):
+            logged = self._log(part)
+            ok = self._writes.write_behind(timeout_seconds) and logged and ok
+        self._schedule()
+        return ok
 
     def _drain(self) -> list[Sample]:
         """Give the inbox's log events to the assembler (lock held); the samples now due."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -25,6 +26,10 @@ from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.storage import stored_span_ids
 
 _logger = logging.getLogger("otel_trackio")
+
+#: Writes behind a drain hands over before it waits for the oldest: while the store is busy the
+#: next ones wait in its pipe, and it takes them together.
+MAX_WRITES_BEHIND = 4
 
 
 @dataclass(slots=True)
@@ -59,7 +64,9 @@ class WriteLedger:
         self._convert = convert
         self._unwritten: list[Unwritten] = []
         self._log_again = False
-        self._behind = 0  # how many of the first kept samples a write behind is storing
+        # How many kept samples each write behind not yet answered holds, oldest (the first
+        # kept) first.
+        self._behind: deque[int] = deque()
         self.failing_since: float | None = None
         """When (monotonic) writes to storage started failing; None while they succeed."""
 
@@ -79,38 +86,48 @@ class WriteLedger:
         return (span for kept in self._unwritten for span in kept.sample.spans)
 
     def write_behind(self, timeout_seconds: float) -> bool:
-        """Hand what was logged to the sink's store process and return before it is stored
-        (a writer process or the receiver, whose spool keeps it meanwhile): the previous write
-        behind is settled first, and its samples count as logged then. When that write failed,
-        or nothing can be handed over, this is :meth:`write`."""
+        """Hand what was logged since the last hand-over to the sink's store process and return
+        before it is stored (a writer process or the receiver, whose spool keeps it meanwhile).
+        The store writes hand-overs in order, several at once when they wait for it; each
+        counts as logged once the store says it is stored, which is asked here without
+        waiting, unless :data:`MAX_WRITES_BEHIND` are not answered yet: then the oldest is
+        waited for. When a write failed, or nothing can be handed over, this is :meth:`write`."""
         if not self._unwritten:
             return True
         if self._log_again or self.failing_since is not None:
             return self.write(timeout_seconds)
         try:
-            if not self._sink.settle(timeout_seconds):
-                if self._sink.last_failures:  # it failed: logged again, minus what is stored
+            while self._behind:
+                full = len(self._behind) >= MAX_WRITES_BEHIND
+                outcome = self._sink.settle_oldest(timeout_seconds if full else 0.0)
+                if outcome is None and not full:
+                    break  # still being written: the next call asks again
+                if outcome is False:  # failed: logged again, minus what is stored
                     self._log_again = True
-                return self.write(timeout_seconds)
-            self._stored(self._unwritten[: self._behind])
-            self._unwritten = self._unwritten[self._behind :]
-            self._behind = 0
-            if self._unwritten and self._sink.write_behind():
-                self._behind = len(self._unwritten)
+                if not outcome:
+                    return self.write(timeout_seconds)
+                stored = self._behind.popleft()
+                self._stored(self._unwritten[:stored])
+                self._unwritten = self._unwritten[stored:]
+            new = len(self._unwritten) - sum(self._behind)
+            if not new:
+                return True
+            if self._sink.write_behind():
+                self._behind.append(new)
                 return True
         except Exception:  # noqa: BLE001 - the synchronous write says what went wrong
-            self._behind = 0
+            pass
         return self.write(timeout_seconds)
 
     @property
     def writing_behind(self) -> bool:
         """True while a write behind holds samples not yet known to be stored."""
-        return self._behind > 0
+        return bool(self._behind)
 
     def write(self, timeout_seconds: float) -> bool:
         """Make what was logged durable in Trackio's storage. On success the samples count as
         logged; on a failure they stay kept (see the module's docstring)."""
-        self._behind = 0  # the sink's flush settles a write behind first
+        self._behind.clear()  # the sink's flush settles the writes behind first
         if not self._unwritten:
             return True
         failures = ""

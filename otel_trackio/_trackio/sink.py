@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -72,7 +73,7 @@ class TrackioSink:
         self.last_failures: set[str] = set()
         self._lock = threading.Lock()
         self._store: TraceStore | None = None  # where entries are written behind (if anywhere)
-        self._behind: int | None = None  # the store's request being written
+        self._behind: deque[int] = deque()  # the store's requests not yet answered, oldest first
 
     @property
     def run(self) -> RunLike:
@@ -256,12 +257,12 @@ class TrackioSink:
 
     def write_behind(self) -> bool:
         """Hand what the held run has queued to the store process and return at once: it is
-        durable once :meth:`settle` (or :meth:`flush`) says so. Only after the previous write
-        behind was settled. False when it cannot be handed over (no store, a run it cannot
-        write, Trackio's writer thread busy, or a write of Trackio's that failed waiting to be
-        reported by :meth:`flush`): then :meth:`flush` writes it here."""
+        durable once :meth:`settle_oldest` (or :meth:`settle`, or :meth:`flush`) says so; the
+        store takes the requests in order. False when it cannot be handed over (no store, a run
+        it cannot write, Trackio's writer thread busy, or a write of Trackio's that failed
+        waiting to be reported by :meth:`flush`): then :meth:`flush` writes it here."""
         store = self._store
-        if store is None or self._behind is not None:
+        if store is None:
             return False
         run: Any = self.run
         client_lock: Any = getattr(run, "_client_lock", None)
@@ -292,24 +293,42 @@ class TrackioSink:
             with queue_lock:  # back to the front of the queue: flush() writes them here
                 run._queued_logs[:0] = entries
             return False
-        self._behind = request
+        self._behind.append(request)
         return True
 
-    def settle(self, timeout_seconds: float = 30.0) -> bool:
-        """Wait for the write behind (if any). False when it failed (``last_failures`` says why:
-        what it held is not stored, or only part of it) or is still going on after
-        ``timeout_seconds``."""
+    @property
+    def writes_behind(self) -> int:
+        """How many writes behind are not answered yet."""
+        return len(self._behind)
+
+    def settle_oldest(self, timeout_seconds: float) -> bool | None:
+        """Wait for the oldest write behind, at most ``timeout_seconds``: True once it is
+        stored (or when none is left), False when it failed (``last_failures`` says why: what
+        it held is not stored, or only part of it), None while it is still being written."""
         self.last_failures = set()
-        if self._behind is None or self._store is None:
+        if not self._behind or self._store is None:
             return True
-        outcome = self._store.wait(self._behind, timeout_seconds)
+        outcome = self._store.wait(self._behind[0], timeout_seconds)
         if outcome == TIMED_OUT:
-            return False
-        self._behind = None
+            return None
+        self._behind.popleft()
         if outcome is not None:
             self.last_failures = {f"write-logs-behind: {outcome}"}
             return False
         return True
+
+    def settle(self, timeout_seconds: float = 30.0) -> bool:
+        """Wait for every write behind. False when one failed (``last_failures`` says why) or
+        one is still going on after ``timeout_seconds``."""
+        deadline = time.monotonic() + timeout_seconds
+        failures: set[str] = set()
+        while self._behind:
+            outcome = self.settle_oldest(max(0.0, deadline - time.monotonic()))
+            failures |= self.last_failures
+            if outcome is None:
+                break
+        self.last_failures = failures
+        return not self._behind and not failures
 
     def flush(self, timeout_seconds: float = 30.0) -> bool:
         """Write what the held run has queued to Trackio's local storage now, on this thread.

@@ -35,6 +35,7 @@ from otel_trackio._core.assembly.grace import (
 from otel_trackio._core.records import EventRecord, LogEventRecord, SpanRecord
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.run import build_run_engine
+from otel_trackio._engine.writes import MAX_WRITES_BEHIND
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.store import TraceStore
 from otel_trackio.settings import TrackioSettings
@@ -410,22 +411,54 @@ def store() -> Iterator[TraceStore]:
     built.close()
 
 
-def test_a_write_behind_is_held_until_the_next_write_settles_it_and_stored_once(
+def test_writes_behind_are_handed_over_without_waiting_and_each_stored_once(
     project, pipeline_of, store
 ):
     pipeline = pipeline_of(store=store)
-    first = _sample(1, 0, trace_id=1)
-    assert pipeline.add(first)  # handed to the store: add returns before it is stored
-    assert pipeline.writing_behind and pipeline.unwritten_samples == 1
-    # Until it is known to be stored, its spans count as held: a spool keeps their entry.
-    held = {id(item) for item in pipeline.buffered_items()}
-    assert all(id(span) in held for span in first)
-    assert pipeline.add(_sample(1, 1, trace_id=2))  # settles the first, hands the second
-    assert pipeline.stats.samples_logged == 1
+    process = store._process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)  # busy: what is handed over waits in its pipe
+    try:
+        first = _sample(1, 0, trace_id=1)
+        assert pipeline.add(first)  # handed to the store: add returns before it is stored
+        assert pipeline.writing_behind and pipeline.unwritten_samples == 1
+        # Until it is known to be stored, its spans count as held: a spool keeps their entry.
+        held = {id(item) for item in pipeline.buffered_items()}
+        assert all(id(span) in held for span in first)
+        started = time.monotonic()
+        assert pipeline.add(_sample(1, 1, trace_id=2))  # handed over too, without waiting
+        assert time.monotonic() - started < 5.0
+        assert pipeline.unwritten_samples == 2 and pipeline.stats.samples_logged == 0
+        assert not _stored(project)
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
     assert pipeline.settle_writes()
     assert not pipeline.writing_behind and pipeline.unwritten_samples == 0
     assert pipeline.stats.samples_logged == 2 and pipeline.buffered_items() == []
     assert _counts(project) == Counter({(1, 0): 1, (1, 1): 1})
+
+
+def test_past_the_bound_of_writes_behind_the_oldest_is_waited_for(project, pipeline_of, store):
+    pipeline = pipeline_of(store=store)
+    pipeline.write_timeout_seconds = 0.5
+    process = store._process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)  # storage does not keep up
+    try:
+        for index in range(MAX_WRITES_BEHIND):
+            assert pipeline.add(_sample(1, index, trace_id=index + 1))  # no wait
+        started = time.monotonic()
+        # One more: the oldest is waited for (and here, stopped, it times out: kept, not lost).
+        assert not pipeline.add(_sample(2, 0, trace_id=99))
+        assert time.monotonic() - started >= 0.5
+        assert pipeline.unwritten_samples == MAX_WRITES_BEHIND + 1
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    wait_until(pipeline.retry_writes, "the kept samples stored", WAIT)
+    assert pipeline.stats.samples_logged == MAX_WRITES_BEHIND + 1
+    assert pipeline.stats.samples_lost == 0
+    expected = Counter({(1, index): 1 for index in range(MAX_WRITES_BEHIND)})
+    assert _counts(project) == expected + Counter({(2, 0): 1})
 
 
 @pytest.mark.parametrize("settle_by", ["settle_writes", "the next add"])

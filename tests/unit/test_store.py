@@ -10,11 +10,17 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
+from typing import Any
 
+import orjson
+import pytest
 from conftest import read_traces, trackio_dir_path, wait_until
+from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._spool.segments import is_locked
+from otel_trackio._trackio.store import _HEADER, bulk_log_calls, serve
 
 WAIT = 30.0  # seconds: the most a state may take to show with the CPU busy
 
@@ -115,3 +121,54 @@ def test_the_writers_nice_reaches_its_forked_store(tmp_path: Path) -> None:
         timeout=WAIT,
     )
     assert done.stdout.split() == ["19"], done.stderr
+
+
+def _entry(project: str, step: int) -> dict[str, Any]:
+    """One Trackio log entry of one Trace at ``step``, as a run queues it."""
+    return {
+        "project": project,
+        "run": "together",
+        "run_id": None,
+        "step": step,
+        "log_id": uuid.uuid4().hex,
+        "metrics": {
+            "rollout/traces": [
+                {"_type": "trackio.trace", "messages": [], "metadata": {}, "spans": []}
+            ]
+        },
+    }
+
+
+def test_requests_waiting_for_the_store_are_written_together_and_each_answered(
+    project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests_read, requests_write = os.pipe()
+    answers_read, answers_write = os.pipe()
+    with os.fdopen(requests_write, "wb") as pipe:  # all waiting before the store looks
+        for step in (1, 2, 3, 4):
+            payload = orjson.dumps(bulk_log_calls([_entry(project, step)]))
+            if step == 2:
+                payload = b"not json"  # answered failed by itself: the others are written
+            header = _HEADER.pack(step, len(payload))
+            if step == 4:  # the parent killed while handing this one over
+                payload = payload[: len(payload) // 2]
+            pipe.write(header + payload)
+    writes: list[list[int]] = []
+    real = SQLiteStorage.bulk_log
+
+    def counted(**call: Any) -> Any:
+        writes.append(call["steps"])
+        return real(**call)
+
+    monkeypatch.setattr(SQLiteStorage, "bulk_log", staticmethod(counted))
+    with (
+        os.fdopen(requests_read, "rb", buffering=0) as requests,
+        os.fdopen(answers_write, "wb") as answers,
+    ):
+        serve(requests, answers)
+    with os.fdopen(answers_read, "rb") as said:
+        answered = said.read().decode().splitlines()
+    assert answered[:2] == ["ready", "1 ok"] and answered[3] == "3 ok", answered
+    assert answered[2].startswith("2 failed JSONDecodeError") and len(answered) == 4
+    assert writes == [[1, 3]]  # one write for both; the torn one is not written
+    assert [trace["step"] for trace in read_traces(project, "together")] == [1, 3]
