@@ -259,8 +259,9 @@ class TrackioSink:
         """Hand what the held run has queued to the store process and return at once: it is
         durable once :meth:`settle_oldest` (or :meth:`settle`, or :meth:`flush`) says so; the
         store takes the requests in order. False when it cannot be handed over (no store, a run
-        it cannot write, Trackio's writer thread busy, or a write of Trackio's that failed
-        waiting to be reported by :meth:`flush`): then :meth:`flush` writes it here."""
+        it cannot write, Trackio's writer thread busy or holding what was queued, or a write
+        of Trackio's that failed waiting to be reported by :meth:`flush`): then :meth:`flush`
+        writes it here."""
         store = self._store
         if store is None:
             return False
@@ -286,8 +287,8 @@ class TrackioSink:
                 entries, run._queued_logs = run._queued_logs, []
         finally:
             client_lock.release()
-        if not entries:
-            return True
+        if not entries:  # Trackio's own thread took them: flush() waits for its write
+            return False
         request = store.submit(entries)
         if request is None:
             with queue_lock:  # back to the front of the queue: flush() writes them here
