@@ -27,6 +27,7 @@ autogroup's nice) is the child's too.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import select
@@ -200,6 +201,7 @@ class TraceStore:
         except OSError as exc:
             _logger.warning("otel-trackio: the Trackio store process cannot start: %r", exc)
             return None
+        _widen(process.stdin)
         self._process = process
         self._ready.clear()
         threading.Thread(
@@ -223,6 +225,19 @@ class TraceStore:
             for request in self._waiting - set(self._answers):
                 self._answers[request] = f"the store process ended (exit {process.returncode})"
             self._answered.notify_all()
+
+
+#: The request pipe's capacity asked for (Linux's most for an unprivileged process): a request
+#: handed over while the store writes the one before waits in the pipe instead of in the caller.
+PIPE_BYTES = 1 << 20
+
+
+def _widen(pipe: IO[bytes] | None) -> None:
+    """Ask for a request pipe of :data:`PIPE_BYTES` (Linux; elsewhere, or refused, it stays)."""
+    size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if pipe is not None and size is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(pipe.fileno(), size, PIPE_BYTES)
 
 
 class _Forked:

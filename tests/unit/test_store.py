@@ -7,9 +7,11 @@ What a pipeline does with it (writes behind, settled, a killed store): ``test_pi
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from conftest import read_traces, trackio_dir_path, wait_until
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._spool.segments import is_locked
-from otel_trackio._trackio.store import _HEADER, bulk_log_calls, serve
+from otel_trackio._trackio.store import _HEADER, TraceStore, bulk_log_calls, serve
 
 WAIT = 30.0  # seconds: the most a state may take to show with the CPU busy
 
@@ -172,3 +174,33 @@ def test_requests_waiting_for_the_store_are_written_together_and_each_answered(
     assert answered[2].startswith("2 failed JSONDecodeError") and len(answered) == 4
     assert writes == [[1, 3]]  # one write for both; the torn one is not written
     assert [trace["step"] for trace in read_traces(project, "together")] == [1, 3]
+
+
+def test_a_request_handed_over_while_the_store_writes_waits_in_its_pipe_not_in_the_caller(
+    project: str,
+) -> None:
+    store = TraceStore(trackio_dir_path())
+    try:
+        assert store.ready(WAIT)
+        process = store._process
+        assert process is not None
+        entry = _entry(project, 5)
+        # About half a megabyte, as a part of ~100 samples of GenAI messages is.
+        entry["metrics"]["rollout/traces"][0]["messages"] = [
+            {"role": "user", "content": "x" * 500_000}
+        ]
+        os.kill(process.pid, signal.SIGSTOP)  # busy writing the part before
+        try:
+            handed: list[int | None] = []
+            caller = threading.Thread(target=lambda: handed.append(store.submit([entry])))
+            caller.start()
+            caller.join(5.0)
+            assert not caller.is_alive(), "the caller waited for the store to read its request"
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        caller.join(WAIT)
+        [request] = handed
+        assert request is not None and store.wait(request, WAIT) is None
+        assert [trace["step"] for trace in read_traces(project, "together")] == [5]
+    finally:
+        store.close()
