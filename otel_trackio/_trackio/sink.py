@@ -297,11 +297,6 @@ class TrackioSink:
         self._behind.append(request)
         return True
 
-    @property
-    def writes_behind(self) -> int:
-        """How many writes behind are not answered yet."""
-        return len(self._behind)
-
     def settle_oldest(self, timeout_seconds: float) -> bool | None:
         """Wait for the oldest write behind, at most ``timeout_seconds``: True once it is
         stored (or when none is left), False when it failed (``last_failures`` says why: what
