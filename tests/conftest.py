@@ -163,6 +163,20 @@ def storage_write_failing(project: str) -> Iterator[None]:
         lock.rmdir()
 
 
+@contextmanager
+def storage_lock_held(project: str) -> Iterator[None]:
+    """Another process holds the project's storage lock: a write waits for it (Trackio gives up
+    after 10 s), so nothing is stored meanwhile, whatever the machine's speed."""
+    import fcntl
+
+    with open(SQLiteStorage._get_process_lock(project).lockfile_path, "w") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
 def trackio_dir_path() -> Path:
     """The session's Trackio folder."""
     return Path(_TRACKIO_DIR)

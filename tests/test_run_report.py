@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import requests
-from conftest import SERVE, read_traces, run_python
+from conftest import SERVE, read_traces, run_python, storage_lock_held
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from test_spool import _finished_spans
 from trackio.sqlite_storage import SQLiteStorage
@@ -269,9 +269,10 @@ def test_a_restart_after_an_unclean_stop_finishes_the_spool_in_its_run(
     spool = tmp_path / "spool"
     server, url, listening = _serve(project, trackio_dir, spool)
     first_run = listening.split(", run ")[1].split("'")[1]
-    _send(url, 500)  # answered: spooled
-    server.kill()  # no clean stop: the spool keeps what is not logged yet
-    server.communicate(timeout=60)
+    with storage_lock_held(project):  # whatever the machine's speed, nothing is stored yet
+        _send(url, 500)  # answered: spooled
+        server.kill()  # no clean stop: the spool keeps what is not logged yet
+        server.communicate(timeout=60)
     assert spool.exists()
 
     server, url, listening = _serve(project, trackio_dir, spool)

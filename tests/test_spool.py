@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import SERVE, OffloadWithLogEvents, read_traces, sample_spans, wait_until
+from conftest import (
+    SERVE,
+    OffloadWithLogEvents,
+    read_traces,
+    sample_spans,
+    storage_lock_held,
+    wait_until,
+)
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -536,17 +543,20 @@ def _serve(project: str, trackio_dir: str, *args: str) -> tuple[subprocess.Popen
 
 
 def test_receiver_sigterm_with_a_backlog_then_restart_loses_nothing(project, trackio_dir):
-    # No grace period, so the drain is busy writing to Trackio while the requests come.
     server, url = _serve(
         project, trackio_dir, "--drain-seconds", "0", "--sample-grace-seconds", "0"
     )
     session = requests.Session()
-    spans = _finished_spans(4000)  # sent in ~0.4 s; Trackio stores them in ~1.6 s here
-    for k in range(0, len(spans), 400):
-        body = encode_spans(spans[k : k + 400]).SerializeToString()
-        assert session.post(url + "/v1/traces", data=body, headers=PROTOBUF).status_code == 200
-    server.send_signal(signal.SIGTERM)
-    output, _ = server.communicate(timeout=120)
+    spans = _finished_spans(4000)
+    # Another process holds the project's storage lock: whatever the machine's speed, the
+    # drain cannot store the requests before the signal, so the receiver stops with a backlog.
+    with storage_lock_held(project):
+        for k in range(0, len(spans), 400):
+            body = encode_spans(spans[k : k + 400]).SerializeToString()
+            response = session.post(url + "/v1/traces", data=body, headers=PROTOBUF)
+            assert response.status_code == 200
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=120)
     assert server.returncode == 0, output
     assert "left in the spool" in output, output  # it stopped with a backlog
     first = len(read_traces(project, "restart"))
