@@ -12,16 +12,16 @@ writer); otherwise (the receiver, which starts it with itself) it is this file r
 which imports Trackio first and says :data:`READY` when done: until then
 :meth:`TraceStore.submit` takes nothing and the caller writes.
 
-A request is an id and the ``bulk_log`` calls Trackio's own writer thread would make for the
-queued entries (``SQLiteStorage.bulk_log``, grouped by run as ``Run._write_logs_to_sqlite``
-groups them). The child takes them in order; those waiting in its pipe when it is free it takes
-together, in one write (a caller that hands them over faster than storage takes them gets fewer,
-larger writes, which cost Trackio less per Trace). It answers one line per request: ``<id> ok``
-or ``<id> failed <why>``. It exits when its pipe closes (the parent ended or was
-killed); a request it had taken is finished first. A child that dies fails every request it
-had not answered: the caller then looks up what storage holds and logs the rest again, as after
-any failed write. The child is in its parent's session, so the writer's CPU priority (its
-autogroup's nice) is the child's too.
+A request is an id and the log entries a run queued. The child takes them in order; those
+waiting in its pipe when it is free it takes together, in one write: the ``bulk_log`` calls
+Trackio's own writer thread would make for their entries (``SQLiteStorage.bulk_log``, grouped by
+run as ``Run._write_logs_to_sqlite`` groups them). A caller that hands requests over faster than
+storage takes them so gets fewer, larger writes, which cost Trackio less per Trace. It answers
+one line per request: ``<id> ok`` or ``<id> failed <why>``. It exits when its pipe closes (the
+parent ended or was killed); a request it had taken is finished first. A child that dies fails
+every request it had not answered: the caller then looks up what storage holds and logs the rest
+again, as after any failed write. The child is in its parent's session, so the writer's CPU
+priority (its autogroup's nice) is the child's too.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class TraceStore:
             process = self._running()
             if process is None or process.stdin is None or not self._ready.is_set():
                 return None
-            payload = orjson.dumps(bulk_log_calls(entries))
+            payload = orjson.dumps(list(entries))
             self._next_id += 1
             request = self._next_id
             with self._answered:
@@ -328,24 +328,6 @@ def _read_request(requests: IO[bytes]) -> tuple[int, bytes] | None:
     return None if payload is None else (request, payload)
 
 
-def _merged(requests: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The ``bulk_log`` calls of several requests as one call per run, in order."""
-    calls: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for request in requests:
-        for call in request:
-            key = (call["project"], call["run"], call["run_id"], call["log_ids"] is None)
-            into = calls.setdefault(key, call)
-            if into is call:
-                continue
-            into["metrics_list"].extend(call["metrics_list"])
-            into["steps"].extend(call["steps"])
-            if into["log_ids"] is not None:
-                into["log_ids"].extend(call["log_ids"])
-            if into["config"] is None:
-                into["config"] = call["config"]
-    return list(calls.values())
-
-
 def _failed(exc: Exception) -> str:
     return "failed " + repr(exc).replace("\n", " ")
 
@@ -369,19 +351,21 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                 break
             taken.append(waiting)
         said: dict[int, str] = {}
-        calls: dict[int, list[dict[str, Any]]] = {}
+        entries: list[dict[str, Any]] = []
+        readable: list[int] = []
         for request, payload in taken:
             try:
-                calls[request] = orjson.loads(payload)
+                entries.extend(orjson.loads(payload))
+                readable.append(request)
             except Exception as exc:  # noqa: BLE001 - every failure is an answer
                 said[request] = _failed(exc)
         try:
-            for call in _merged(list(calls.values())):
+            for call in bulk_log_calls(entries):
                 SQLiteStorage.bulk_log(**call)
             outcome = "ok"
         except Exception as exc:  # noqa: BLE001 - every failure is an answer
             outcome = _failed(exc)
-        said.update(dict.fromkeys(calls, outcome))
+        said.update(dict.fromkeys(readable, outcome))
         answers.write("".join(f"{request} {said[request]}\n" for request, _ in taken).encode())
         answers.flush()
         if ended:

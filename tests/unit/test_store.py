@@ -22,7 +22,7 @@ from conftest import read_traces, trackio_dir_path, wait_until
 from trackio.sqlite_storage import SQLiteStorage
 
 from otel_trackio._spool.segments import is_locked
-from otel_trackio._trackio.store import _HEADER, TraceStore, bulk_log_calls, serve
+from otel_trackio._trackio.store import _HEADER, TraceStore, serve
 
 WAIT = 30.0  # seconds: the most a state may take to show with the CPU busy
 
@@ -148,7 +148,7 @@ def test_requests_waiting_for_the_store_are_written_together_and_each_answered(
     answers_read, answers_write = os.pipe()
     with os.fdopen(requests_write, "wb") as pipe:  # all waiting before the store looks
         for step in (1, 2, 3, 4):
-            payload = orjson.dumps(bulk_log_calls([_entry(project, step)]))
+            payload = orjson.dumps([_entry(project, step)])
             if step == 2:
                 payload = b"not json"  # answered failed by itself: the others are written
             header = _HEADER.pack(step, len(payload))
