@@ -43,6 +43,7 @@ from conftest import (
     read_traces,
     sample_spans,
     send_over_http,
+    storage_lock_held,
     wait_until,
 )
 from fault_tally import tally
@@ -1195,9 +1196,7 @@ def test_a_request_sent_again_to_the_next_start_without_name_is_stored_once(
 # -- offload=True: the writer process's write fails ----------------------------------------------
 
 
-def test_offload_writer_keeps_and_retries_what_a_held_storage_lock_refused(project, trackio_dir):
-    from trackio.utils import canonical_project_name
-
+def test_offload_writer_keeps_and_retries_what_a_held_storage_lock_refused(project):
     from otel_trackio import TrackioSpanExporter
 
     exporter = TrackioSpanExporter(project, "offload", offload=True, sample_grace_seconds=0)
@@ -1207,9 +1206,7 @@ def test_offload_writer_keeps_and_retries_what_a_held_storage_lock_refused(proje
         assert exporter.export(first).name == "SUCCESS"
         acknowledged |= _keys(first)
         assert exporter.force_flush(60_000)
-        lock_path = Path(trackio_dir) / f"{canonical_project_name(project)}.lock"
-        with open(lock_path, "w") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        with storage_lock_held(project):
             held_since = time.monotonic()
             for step in (1, 2):
                 batch = sample_spans(step, range(5))
@@ -1217,7 +1214,6 @@ def test_offload_writer_keeps_and_retries_what_a_held_storage_lock_refused(proje
                 acknowledged |= _keys(batch)
             # Trackio gives up after 10 s of waiting for the lock: hold it past that
             wait_until(lambda: time.monotonic() - held_since > 12.5, what="Trackio's timeout")
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
         assert exporter.force_flush(90_000)
     finally:
         exporter.shutdown()
