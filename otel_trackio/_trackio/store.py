@@ -84,10 +84,18 @@ def bulk_log_calls(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
 class TraceStore:
     """The parent's side of a store process: :meth:`submit` hands it the entries a run queued,
     :meth:`wait` tells how their write went. The process starts with :meth:`start` (or else
-    the first request) and again after it died; thread-safe."""
+    the first request) and again after it died, unless it never got as far as taking writes
+    (it cannot start, or cannot import Trackio): then it is given up, warned once, and the
+    caller writes. Thread-safe; a forked child's copy hands nothing over (the pipe is the
+    parent's)."""
 
-    def __init__(self, trackio_dir: Path) -> None:
+    def __init__(self, trackio_dir: Path, *, environment: Mapping[str, str] | None = None) -> None:
         self._trackio_dir = trackio_dir
+        # The environment a process started afresh gets (default: this process's).
+        self._environment = dict(os.environ if environment is None else environment)
+        self._environment["TRACKIO_DIR"] = str(trackio_dir)
+        self._pid = os.getpid()  # a forked copy of this object is not the pipe's owner
+        self._given_up = False  # a process that could not start, or ended before it was ready
         self._lock = threading.Lock()  # one request written to the pipe at a time
         self._answered = threading.Condition()
         self._answers: dict[int, str | None] = {}
@@ -117,7 +125,17 @@ class TraceStore:
         with self._lock:
             if self._closed or self._running() is None:
                 return False
-        return self._ready.wait(timeout_seconds)
+        deadline = time.monotonic() + timeout_seconds
+        while not self._ready.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+            if self._given_up or time.monotonic() >= deadline:
+                return False
+        return True
+
+    @property
+    def given_up(self) -> bool:
+        """True once no store process is started any more (one could not start, or ended
+        before it took writes): the caller writes."""
+        return self._given_up
 
     def lower_priority(self, nice: int) -> None:
         """Give the running store process CPU priority ``nice`` (a forked one keeps the nice it
@@ -131,6 +149,8 @@ class TraceStore:
         """Hand the store Trackio log entries to write; returns the request's id, or None when
         the store cannot take them (closed, still starting, or the process cannot start or be
         written to: the caller writes them itself)."""
+        if os.getpid() != self._pid:
+            return None  # a forked child: the pipe and its answers are its parent's
         with self._lock:
             if self._closed:
                 return None
@@ -185,6 +205,8 @@ class TraceStore:
         """The store process, started now when it is not running (lock held)."""
         if self._process is not None and self._process.poll() is None:
             return self._process
+        if self._given_up:
+            return None
         process: subprocess.Popen[bytes] | _Forked
         try:
             if fork:
@@ -196,10 +218,10 @@ class TraceStore:
                     [sys.executable, os.path.abspath(__file__)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    env={**os.environ, "TRACKIO_DIR": str(self._trackio_dir)},
+                    env=self._environment,
                 )
         except OSError as exc:
-            _logger.warning("otel-trackio: the Trackio store process cannot start: %r", exc)
+            self._give_up(repr(exc))
             return None
         _widen(process.stdin)
         self._process = process
@@ -214,6 +236,11 @@ class TraceStore:
         assert process.stdout is not None
         if process.stdout.readline() == READY:
             self._ready.set()
+        else:
+            code = process.wait()
+            with self._lock:
+                if not self._closed:
+                    self._give_up(f"it ended before it could write (exit {code})")
         for line in process.stdout:
             number, _, outcome = line.decode("utf-8", "replace").rstrip("\n").partition(" ")
             with self._answered:
@@ -225,6 +252,40 @@ class TraceStore:
             for request in self._waiting - set(self._answers):
                 self._answers[request] = f"the store process ended (exit {process.returncode})"
             self._answered.notify_all()
+
+    def _give_up(self, why: str) -> None:
+        """Start no store process again (lock held): its writes stay on the caller's thread."""
+        self._given_up = True
+        _logger.warning(
+            "otel-trackio: the Trackio store process cannot start (%s); Trackio's writes stay "
+            "in this process",
+            why,
+        )
+
+
+class ProcessStores:
+    """The store processes of this process, one per Trackio directory, shared by every engine
+    that writes there (a store takes any run's entries): each starts when first asked for and
+    ends when this process does (its pipe closes). A forked child asks for its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stores: dict[tuple[int, Path], TraceStore] = {}
+
+    def store_for(self, trackio_dir: Path, environment: Mapping[str, str]) -> TraceStore:
+        """The running store of ``trackio_dir``, started now (afresh, never forked: this
+        process may run threads whose locks a fork would copy held) if there is none yet."""
+        key = (os.getpid(), trackio_dir)
+        with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                store = self._stores[key] = TraceStore(trackio_dir, environment=environment)
+                store.start(fork=False)
+            return store
+
+
+PROCESS_STORES = ProcessStores()
+"""This process's store processes (see :class:`ProcessStores`)."""
 
 
 #: The request pipe's capacity asked for (Linux's most for an unprivileged process): a request
@@ -373,6 +434,11 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
 
 
 if __name__ == "__main__":
+    # Its parent decides when it ends: a Ctrl-C or a SIGTERM sent to the parent's whole process
+    # group must not cut a write short. It ends once the parent closed its pipe (or died) and
+    # every request taken is written.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Answers go to the real stdout alone: whatever prints (Trackio's notices) goes to stderr.
     _answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

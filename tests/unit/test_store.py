@@ -204,3 +204,59 @@ def test_a_request_handed_over_while_the_store_writes_waits_in_its_pipe_not_in_t
         assert [trace["step"] for trace in read_traces(project, "together")] == [5]
     finally:
         store.close()
+
+
+def test_a_store_that_cannot_start_is_given_up_once_and_its_caller_writes(caplog) -> None:
+    # A Python that cannot start (no standard library where it looks): it exits before it
+    # says it is ready. It is not started again for every request.
+    store = TraceStore(trackio_dir_path(), environment={**os.environ, "PYTHONHOME": "/nowhere"})
+    caplog.set_level("WARNING", logger="otel_trackio")
+    try:
+        store.start(fork=False)
+        assert store.ready(WAIT) is False
+        assert store.given_up
+        assert store.submit([_entry("unused", 0)]) is None  # the caller writes it
+        assert store._process is not None and store._process.poll() is not None
+        assert caplog.text.count("store process cannot start") == 1
+    finally:
+        store.close()
+
+
+def test_the_store_finishes_its_writes_through_a_ctrl_c_or_sigterm_of_its_process_group(
+    project: str,
+) -> None:
+    # A rollout process's store is in its process group: Ctrl-C or a SIGTERM to the group
+    # reaches it too. It leaves when its parent closes the pipe, after what it took.
+    store = TraceStore(trackio_dir_path())
+    try:
+        store.start(fork=False)
+        assert store.ready(WAIT)
+        process = store._process
+        assert process is not None
+        os.kill(process.pid, signal.SIGINT)
+        os.kill(process.pid, signal.SIGTERM)
+        request = store.submit([_entry(project, 4)])
+        assert request is not None and store.wait(request, WAIT) is None
+        assert [trace["step"] for trace in read_traces(project, "together")] == [4]
+        assert process.poll() is None
+    finally:
+        store.close()
+
+
+def test_a_forked_child_hands_nothing_to_its_parents_store(project: str) -> None:
+    store = TraceStore(trackio_dir_path())
+    try:
+        assert store.ready(WAIT)
+        parents = store._process
+        assert parents is not None
+        child = os.fork()
+        if child == 0:  # the pipe and its answers are the parent's: the child writes itself
+            taken = store.submit([_entry(project, 1)])
+            os._exit(0 if taken is None and store._process is parents else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        request = store.submit([_entry(project, 2)])  # the parent's pipe is intact
+        assert request is not None and store.wait(request, WAIT) is None
+        assert [trace["step"] for trace in read_traces(project, "together")] == [2]
+    finally:
+        store.close()
