@@ -98,6 +98,10 @@ def ours(spans: list[Any], path: str) -> tuple[float, float, str]:
     if exporter is not None and exporter.offloaded:
         helper = exporter._offload.writer_pid  # type: ignore[union-attr]
     started = settled_cpu_seconds(helper) if helper is not None else 0.0
+    # In process, Trackio's writes run in the process's store, which outlives the exporter.
+    store = exporter._engine.sink._store if exporter is not None and exporter._engine else None
+    store_pid = store._process.pid if store is not None and store._process else None
+    store_started = settled_cpu_seconds(store_pid) if store_pid is not None else 0.0
     cpu = cpu_seconds()
 
     def go() -> None:
@@ -117,7 +121,8 @@ def ours(spans: list[Any], path: str) -> tuple[float, float, str]:
         receiver.stop()  # it stores everything before it exits
 
     seconds = w.timed(go)
-    return seconds, cpu_seconds() - cpu - started, run
+    in_store = process_cpu_seconds(store_pid) - store_started if store_pid is not None else 0.0
+    return seconds, cpu_seconds() - cpu - started + in_store, run
 
 
 def prebuilt_traces(spans: list[Any]) -> dict[int, list[trackio.Trace]]:

@@ -11,6 +11,10 @@ alike:
   warned about, since it costs the rollout more.
 - **Where the run is opened**: offloaded, the writer process opens it (this process never
   imports Trackio) unless it is given or already active here; in process, here.
+- **Where Trackio's writes run in process** (:func:`in_process_store`): in a store process
+  started beside the rollout process, which writes each export's Traces while the next export
+  is converted, so Trackio's serialisation and files never hold the rollout's GIL; not for a
+  run that logs to a Trackio server (Trackio's client sends those).
 - **Where metrics go** (:func:`metrics_spool`): through the spans' spool when the writer holds
   the run, so metrics and spans land in one run with one latest step; else straight into the
   run held here.
@@ -30,10 +34,11 @@ from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._engine.open_spans import FirstKnown, OpenSpans
 from otel_trackio._engine.steps import PROCESS_STEPS
 from otel_trackio._environment_variables import OTEL_EXPORTER_TRACKIO_OFFLOAD
-from otel_trackio._offload.client import OffloadClient, portable
+from otel_trackio._offload.client import OffloadClient, portable, writer_environment
 from otel_trackio._settings import TrackioSettings
-from otel_trackio._trackio.installed import RunLike, is_remote
+from otel_trackio._trackio.installed import RunLike, is_remote, trackio_dir
 from otel_trackio._trackio.sink import TrackioSink
+from otel_trackio._trackio.store import PROCESS_STORES, TraceStore
 
 if TYPE_CHECKING:  # the in-process engine is imported only when spans stay in process
     from otel_trackio._engine.run import RunEngine
@@ -99,6 +104,8 @@ def plan_spans(
     open_spans = open_spans if open_spans is not None else OpenSpans()
     asked = bool(settings.offload)
     why_not = portable(settings) if asked else None
+    # In process for sure: its store process imports Trackio while the run is opened here.
+    store = None if asked and why_not is None else in_process_store(settings)
     sink = TrackioSink(
         settings.project,
         settings.name,
@@ -121,7 +128,7 @@ def plan_spans(
             "process: %s (offload=False says so and silences this)",
             why_not,
         )
-    engine = in_process_engine(settings, sink=sink, open_spans=open_spans)
+    engine = in_process_engine(settings, sink=sink, open_spans=open_spans, store=store)
     return SpanWiring(settings, sink, open_spans, None, engine, why_not)
 
 
@@ -131,12 +138,24 @@ def in_process_engine(
     sink: TrackioSink | None = None,
     open_spans: OpenSpans | None = None,
     log_events: bool = False,
+    store: TraceStore | None = None,
 ) -> RunEngine:
     """A run engine in the rollout process, handed the process's state: its latest step (what
     ``set_step`` sets) and the sample roots open in it (``rollout()`` registers them), read after
-    the exporter's own ``open_spans``."""
+    the exporter's own ``open_spans``; its Traces written through ``store`` (default: see
+    :func:`in_process_store`)."""
     from otel_trackio._engine.run import build_run_engine
 
+    if store is None:
+        store = in_process_store(settings)
+    if store is not None and sink is not None and sink.opened and is_remote(sink.run):
+        store = None  # a run on a Trackio server: Trackio's client sends what it logs
+    if store is not None and not store.ready(STORE_READY_SECONDS) and not store.given_up:
+        _logger.warning(
+            "otel-trackio: the Trackio store process is not ready after %.0f s; Traces are "
+            "written on the export thread until it is",
+            STORE_READY_SECONDS,
+        )
     return build_run_engine(
         settings,
         sink=sink,
@@ -146,7 +165,23 @@ def in_process_engine(
         open_spans=open_spans,
         steps=PROCESS_STEPS,
         log_events=log_events,
+        store=store,
     )
+
+
+#: How long building an in-process engine waits for its store process to take writes (it
+#: imports Trackio meanwhile, mostly while the run is opened).
+STORE_READY_SECONDS = 30.0
+
+
+def in_process_store(settings: TrackioSettings) -> TraceStore | None:
+    """The store process in-process engines write their Traces through: this process's one
+    for the Trackio directory, started with the first (afresh, never forked) in the
+    environment a writer process gets (it never traces itself), and shared by the others.
+    None for a run the settings send to a Trackio server."""
+    if settings.server_url or settings.space_id:
+        return None
+    return PROCESS_STORES.store_for(trackio_dir(), writer_environment())
 
 
 def metrics_spool(spans: object) -> OffloadClient | None:

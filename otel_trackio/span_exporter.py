@@ -147,8 +147,9 @@ class TrackioSpanExporter(SpanExporter):
         return self._offload
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Buffer the spans and log every sample they complete, durably (with ``offload``:
-        append them to the spool). Never raises."""
+        """Buffer the spans and hand every sample they complete to Trackio's store process,
+        which writes it even if this process dies next (with ``offload``: append them to the
+        spool); ``force_flush`` returns once it is stored. Never raises."""
         if self._closed:
             return SpanExportResult.FAILURE
         if self._offload is not None:

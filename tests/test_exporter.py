@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import trackio
-from conftest import project_db_rows, read_traces, trace_id, trace_usage
+from conftest import project_db_rows, read_traces, trace_id, trace_usage, wait_until
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -341,8 +341,9 @@ def test_ttl_logs_an_idle_sample_as_partial(project):
             pass
     child, _root = memory.get_finished_spans()
     exporter = TrackioSpanExporter(project=project, name="r", sample_ttl_seconds=0.0)
-    exporter.export([child])
-    assert exporter.stats.partial_samples == 1
+    exporter.export([child])  # logged at once (TTL 0), written behind in the store process
+    # Counted once the store says it is stored: the timer asks, no further export needed.
+    wait_until(lambda: exporter.stats.partial_samples == 1, "the TTL's sample stored")
     exporter.shutdown()  # nothing open is left to flush: the TTL already logged it
     (trace,) = read_traces(project, "r")
     assert trace["metadata"]["partial_reason"] == "ttl"
@@ -557,3 +558,42 @@ def test_make_demo_writes_24_samples(tmp_path):
     assert sorted((s, i) for s, i, _ in rows) == [(s, i) for s in range(3) for i in range(8)]
     # system, user, tool call, tool result, answer; the sample stuck in its tool: the first three
     assert {(s, i): n for s, i, n in rows if n != 5} == {(2, 7): 3}
+
+
+KILLED_AFTER_EXPORT = """
+import os, signal
+from otel_trackio import TrackioSpanExporter
+from otel_trackio._core.records import SpanRecord
+
+exporter = TrackioSpanExporter(os.environ["PROJECT"], name="killed", offload=False)
+store = exporter._engine.sink._store._process
+os.kill(store.pid, signal.SIGSTOP)  # the store stalls: nothing is stored while exporting
+for step in range(3):
+    batch = [
+        SpanRecord(step * 100 + i + 1, 1, "s", 0, 1, attributes={"step": step, "sample_index": i})
+        for i in range(5)
+    ]
+    assert exporter._export_records(batch).name == "SUCCESS"
+assert exporter.stats.samples_logged == 0  # handed over, not yet stored
+os.kill(store.pid, signal.SIGCONT)
+os.kill(os.getpid(), signal.SIGKILL)  # before any flush or shutdown
+"""
+
+
+def test_what_export_handed_to_the_store_is_stored_once_though_the_process_is_killed_after(
+    project, trackio_dir
+):
+    """In process, Trackio's writes run in a store process: ``export()`` returns once its
+    Traces are handed over, and the store writes them even when the exporting process dies
+    right after."""
+    from conftest import run_python
+
+    child = run_python(KILLED_AFTER_EXPORT, trackio_dir, PROJECT=project)
+    assert child.returncode == -9, child.stderr[-2000:]
+    expected = sorted((step, index) for step in range(3) for index in range(5))
+
+    def stored() -> list[tuple[int, int]]:
+        traces = read_traces(project, "killed")
+        return sorted((t["step"], t["metadata"]["sample_index"]) for t in traces)
+
+    wait_until(lambda: stored() == expected, "every exported sample stored, once")

@@ -72,7 +72,8 @@ def test_events_later_than_the_grace_period_are_a_continuation_of_their_sample(p
     with setup.tracer.start_as_current_span("rollout", attributes={"step": 3, "sample_index": 5}):
         with setup.tracer.start_as_current_span("chat m", attributes=CHAT) as chat:
             setup.say("hello")
-    assert setup.spans.stats.samples_logged == 1  # grace 0: logged with its root
+    # Grace 0: logged with its root (stored behind it: counted once the store says so).
+    wait_until(lambda: setup.spans.stats.samples_logged == 1, "the sample stored")
     assert setup.send_logs() is LogRecordExportResult.SUCCESS
     setup.close()
 
@@ -143,7 +144,7 @@ def test_waiting_events_count_against_the_buffer_and_nothing_is_lost(project):
             setup.say(f"a{index}", "assistant")
         setup.send_logs()
         assert setup.spans._pipeline.assembler.buffered_spans <= 5
-    assert setup.spans.stats.partial_samples >= 6
+    wait_until(lambda: setup.spans.stats.partial_samples >= 6, "the evicted samples stored")
     setup.close()
     traces = read_traces(project, "r")
     assert sorted(t["messages"][0]["content"] for t in traces) == [f"q{i}" for i in range(8)]
@@ -325,7 +326,7 @@ def test_an_event_of_an_unknown_span_of_a_logged_sample_keeps_its_identity(proje
         unseen = setup.tracer.start_span("chat m", attributes=CHAT)  # never ended
         with otel_trace.use_span(unseen, end_on_exit=False):
             setup.say("after the fact")
-    assert setup.spans.stats.samples_logged == 1
+    wait_until(lambda: setup.spans.stats.samples_logged == 1, "the sample stored")
     setup.send_logs()
     setup.close()
     first, rest = read_traces(project, "r")

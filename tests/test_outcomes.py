@@ -7,7 +7,7 @@ Real OTel SDK spans in, real Trackio storage read back (the table is a metrics-l
 from __future__ import annotations
 
 import pytest
-from conftest import read_logs, read_traces
+from conftest import read_logs, read_traces, wait_until
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -106,15 +106,18 @@ def test_one_table_per_step_says_which_scored_what_they_answered_which_failed_or
 def test_a_step_in_several_batches_is_one_table_and_a_straggler_relogs_it_whole(
     project, in_process
 ):
-    # In process: the tables are read after each export, which logs synchronously there.
+    # In process: the tables are read as each export's write is stored.
     exporter, provider, _ = _setup(project)
     _answered(provider, 0, 1, "b", 1.0)  # each sample is its own export (and log call)
     _answered(provider, 0, 0, "a", 0.0)
-    assert _tables(project) == []
+    wait_until(lambda: exporter.stats.samples_logged == 2, "both samples stored")
+    assert _tables(project) == []  # a table goes with the Traces of its write: none yet
     _answered(provider, 1, 0, "c", 1.0)  # step 1 begins: step 0 is over
-    assert [(step, [r["answer"] for r in rows]) for step, rows in _tables(project)] == [
-        (0, ["a", "b"])
-    ]
+
+    def answers() -> list[tuple[int, list[str]]]:
+        return [(step, [r["answer"] for r in rows]) for step, rows in _tables(project)]
+
+    wait_until(lambda: answers() == [(0, ["a", "b"])], "step 0's table stored")
     _answered(provider, 0, 2, "late", 0.0)  # a straggler of step 0
     provider.shutdown()
     assert [(step, [r["answer"] for r in rows]) for step, rows in _tables(project)] == [

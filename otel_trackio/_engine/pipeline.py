@@ -44,6 +44,9 @@ from otel_trackio._trackio.sink import TrackioSink
 
 T = TypeVar("T")
 
+#: While writes are behind, how often the timer asks the store what it stored (seconds).
+SETTLE_BEHIND_SECONDS = 0.05
+
 
 class StoredCheck(Protocol):
     """A spool drainer's check of released samples against Trackio's storage (see
@@ -73,9 +76,11 @@ class TracePipeline:
         beside_rollout: the rollout runs in this process (in process): conversion hands the GIL
             over once a millisecond (a writer process or the receiver has no rollout to wait).
         write_behind: what :meth:`add` logs is handed to the sink's store process, and ``add``
-            returns before it is stored (a spool drainer: the spool keeps it until then, and
-            :meth:`buffered_items` names it); the next write, :meth:`settle_writes`, a flush or
-            the timer settles it. Otherwise everything is stored before the call returns.
+            returns before it is stored (a spool drainer's spool keeps it until then, and
+            :meth:`buffered_items` names it; in process the ledger keeps it, and the store
+            finishes what it took if this process dies); the next write, :meth:`settle_writes`,
+            a flush or the timer settles it. Otherwise everything is stored before the call
+            returns.
     """
 
     def __init__(
@@ -92,6 +97,8 @@ class TracePipeline:
         write_behind: bool = False,
     ) -> None:
         self.settings = settings
+        self._clock = clock
+        self._settle_due: float | None = None  # when the timer next asks the store (behind)
         self._write_behind = write_behind
         self._beside_rollout = beside_rollout  # the rollout runs in this process (in process)
         self.sink = sink
@@ -111,7 +118,7 @@ class TracePipeline:
         self._timer = ExpiryTimer(
             acquire=self._lock.acquire,
             release=self._unlock,
-            next_due=lambda: None if self._closed else self.assembler.next_due(),
+            next_due=self._next_due,
             expire=self.expire,
             clock=clock,
         )
@@ -379,18 +386,38 @@ class TracePipeline:
     def _schedule(self) -> None:
         """Make sure the timer wakes when the assembler next has something due (lock held)."""
         if not self._closed:
-            self._timer.schedule(self.assembler.next_due())
+            self._timer.schedule(self._next_due())
+
+    def _next_due(self) -> float | None:
+        """When the timer has something to do (lock held): a sample's grace period or TTL
+        ending, or, while writes are behind, asking the store what it stored since (every
+        :data:`SETTLE_BEHIND_SECONDS`), so that stats and failures do not wait for the next
+        call. None once closed."""
+        if self._closed:
+            return None
+        due = self.assembler.next_due()
+        if not self._writes.writing_behind:
+            self._settle_due = None
+        elif self._settle_due is None:
+            self._settle_due = self._clock() + SETTLE_BEHIND_SECONDS
+        if self._settle_due is not None:
+            due = self._settle_due if due is None else min(due, self._settle_due)
+        return due
 
     def expire(self, timeout_seconds: float = 30.0) -> bool:
         """Log, durably, the held samples whose grace period ended and the traces idle past the
-        TTL. The timer calls it; so can anyone. False on a failure (warned); never raises."""
+        TTL (writing behind: handed to the store, and what it stored since counted). The timer
+        calls it; so can anyone. False on a failure (warned); never raises."""
         if not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
             return False
         try:
             if self._closed:
                 return False
+            self._settle_due = None
             samples = self._drain()  # events handed over before the grace period ended
             samples.extend(self.assembler.expire())
+            if self._write_behind:  # and what the store stored since is counted, unwaited
+                return self._log_behind(samples, timeout_seconds)
             logged = self._log(samples)
             return self._write(timeout_seconds) and logged
         except Exception as exc:  # noqa: BLE001 - a timer thread must not die of one sample

@@ -136,9 +136,9 @@ def build_run_engine(
         decode_metrics: with it, the engine has a metric path (a
             :class:`~otel_trackio._engine.metrics.MetricPath` on the same run) fed by
             :meth:`RunEngine.export_metrics`.
-        store: a spool drainer's store process: Trace entries are written there, behind the
-            conversion of the next ones (see :mod:`otel_trackio._trackio.store`). None: they
-            are written on the logging thread before the call returns (in process).
+        store: a store process: Trace entries are written there, behind the conversion of the
+            next ones (see :mod:`otel_trackio._trackio.store`). None: they are written on the
+            logging thread before the call returns.
     """
     if sink is None:
         kwargs = dict(settings.init_kwargs if init_kwargs is None else init_kwargs)

@@ -87,7 +87,7 @@ class WriteLedger:
 
     def write_behind(self, timeout_seconds: float) -> bool:
         """Hand what was logged since the last hand-over to the sink's store process and return
-        before it is stored (a writer process or the receiver, whose spool keeps it meanwhile).
+        before it is stored (a spool keeps it meanwhile, or in process this ledger does).
         The store writes hand-overs in order, several at once when they wait for it; each
         counts as logged once the store says it is stored, which is asked here without
         waiting, unless :data:`MAX_WRITES_BEHIND` are not answered yet: then the oldest is

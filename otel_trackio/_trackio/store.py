@@ -1,16 +1,18 @@
 """Trackio's storage writes in a process of their own, beside the one that converts.
 
-A writer process or the receiver spends about half of its time converting samples and the other
-half in Trackio's storage write (serialising the rows, the SQLite transaction, one session file
-per Trace), all under one GIL. A :class:`TraceStore` runs that write in a child process: the
-parent hands it what a run queued and converts the next samples while the child writes, so on two
-cores the time until durable is bounded by Trackio's own write.
+An exporter in process, a writer process or the receiver spends about half of its time
+converting samples and the other half in Trackio's storage write (serialising the rows, the
+SQLite transaction, one session file per Trace), all under one GIL. A :class:`TraceStore` runs
+that write in a child process: the parent hands it what a run queued and converts the next
+samples while the child writes, so on two cores the time until durable is bounded by Trackio's
+own write.
 
 The child is forked from a writer that runs no other thread yet, with Trackio imported (ready at
 once; it closes every file it inherited but its pipes, so a spool lock never outlives the
-writer); otherwise (the receiver, which starts it with itself) it is this file run as a script,
-which imports Trackio first and says :data:`READY` when done: until then
-:meth:`TraceStore.submit` takes nothing and the caller writes.
+writer); otherwise (the receiver, which starts it with itself; a rollout process, whose
+in-process exporters share one) it is this file run as a script, which imports Trackio first and
+says :data:`READY` when done: until then :meth:`TraceStore.submit` takes nothing and the caller
+writes.
 
 A request is an id and the log entries a run queued. The child takes them in order; those
 waiting in its pipe when it is free it takes together, in one write: the ``bulk_log`` calls

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 import trackio
-from conftest import TRACKIO_WRITE_WARNING, read_traces, storage_write_failing
+from conftest import TRACKIO_WRITE_WARNING, read_traces, storage_write_failing, wait_until
 from fault_tally import tally
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -30,6 +31,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult as R
 
 from otel_trackio import TrackioSpanExporter
 from otel_trackio._core.records import SpanRecord
+from otel_trackio._engine.writes import MAX_WRITES_BEHIND
 
 # The in-process engine, by name: its storage faults (offloaded: test_spool_faults.py,
 # test_offload_shutdown.py).
@@ -60,8 +62,9 @@ def test_storage_refusing_writes_returns_failure_keeps_the_samples_and_stores_th
     caplog.set_level(logging.WARNING, logger="otel_trackio")
     tally.tried("exporter", 5)
     with storage_write_failing(project):
-        failed = exporter._export_records([s for i in range(3) for s in _sample(1, i)])
-    assert failed is R.FAILURE
+        # Handed to the store process; its failed write shows by the next call (the flush).
+        exporter._export_records([s for i in range(3) for s in _sample(1, i)])
+        assert exporter.force_flush(5_000) is False
     assert exporter.stats.samples_lost == 0 and exporter.stats.samples_logged == 0
     assert "Trackio could not write to its storage" in caplog.text
     assert "3 samples kept" in caplog.text
@@ -99,49 +102,41 @@ def test_user_finishes_run_before_provider_shutdown(project):
     assert sorted(stored) == [(s, i) for s in (0, 1) for i in range(3)]
 
 
-class SlowWrites:
-    """A real run whose storage writes wait until released (a slow disk), to race ``shutdown()``."""
-
-    def __init__(self, run: trackio.Run) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        write = run._write_logs_to_sqlite
-
-        def slow_write(logs: list[Any]) -> None:
-            self.entered.set()
-            self.release.wait(HANG_GUARD)
-            write(logs)
-
-        run._write_logs_to_sqlite = slow_write  # type: ignore[method-assign]
-
-
 def test_shutdown_racing_an_export_waits_at_most_its_timeout(project, caplog):
     run = trackio.init(project=project, name="race")
-    blocking = SlowWrites(run)
     exporter = TrackioSpanExporter(run=run)
+    store = exporter._engine.sink._store  # the process Trackio's writes run in
+    assert store is not None and store._process is not None
     caplog.set_level(logging.WARNING, logger="otel_trackio")
     results: list[R] = []
-    exporting = threading.Thread(
-        target=lambda: results.append(exporter._export_records(_sample(0, 0)))
-    )
-    exporting.start()
-    assert blocking.entered.wait(HANG_GUARD)
-    tally.tried("exporter", 2)
-    # Another sample is open (no root yet) when shutdown gives up waiting.
-    exporter_open = SpanRecord(99, 5, "child", 0, 1, parent_id=4)
-    closer = threading.Thread(target=exporter.shutdown, kwargs={"timeout_millis": 100})
-    closer.start()
-    closer.join(HANG_GUARD)
-    assert not closer.is_alive()  # returned although the export still holds the lock
-    assert exporter._export_records([exporter_open]) is R.FAILURE  # after shutdown
-    assert "shutdown timed out" in caplog.text
-    blocking.release.set()
+    os.kill(store._process.pid, signal.SIGSTOP)  # a stalled disk: no write is answered
+    try:
+        for index in range(MAX_WRITES_BEHIND):  # handed over without waiting
+            assert exporter._export_records(_sample(0, index)) is R.SUCCESS
+        # One more waits for the oldest write, holding the exporter, as a slow write would.
+        exporting = threading.Thread(
+            target=lambda: results.append(exporter._export_records(_sample(1, 0)))
+        )
+        exporting.start()
+        wait_until(lambda: exporter.stats.spans_received == 2 * (MAX_WRITES_BEHIND + 1))
+        tally.tried("exporter", MAX_WRITES_BEHIND + 2)
+        # Another sample is open (no root yet) when shutdown gives up waiting.
+        exporter_open = SpanRecord(99, 5, "child", 0, 1, parent_id=4)
+        closer = threading.Thread(target=exporter.shutdown, kwargs={"timeout_millis": 100})
+        closer.start()
+        closer.join(HANG_GUARD)
+        assert not closer.is_alive()  # returned although the export still holds the lock
+        assert exporter._export_records([exporter_open]) is R.FAILURE  # after shutdown
+        assert "shutdown timed out" in caplog.text
+    finally:
+        os.kill(store._process.pid, signal.SIGCONT)
     exporting.join(HANG_GUARD)
     assert results == [R.SUCCESS]
     exporter.shutdown()  # idempotent
     trackio.finish()
-    assert _stored_keys(project, "race") == [(0, 0)]
-    tally.lost("exporter", 1 - 1)
+    expected = [(0, index) for index in range(MAX_WRITES_BEHIND)] + [(1, 0)]
+    wait_until(lambda: sorted(_stored_keys(project, "race")) == expected, "every export stored")
+    tally.lost("exporter", 0)
 
 
 def test_exports_from_many_threads_lose_nothing(project, tracer_provider):
@@ -195,6 +190,7 @@ CHILD = textwrap.dedent(
         return [SpanRecord(step + 1, 1, "s", 0, 1, attributes=attrs)]
 
     first = exporter._export_records(sample(0, 10)).name
+    exporter.force_flush()  # stored (its write done) before the disk changes
     if mode == "ro":
         subprocess.run(["mount", "-o", "remount,ro", folder], check=True)
     results = [exporter._export_records(sample(s, 60_000)).name for s in range(1, 40)]

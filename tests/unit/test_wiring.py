@@ -7,11 +7,13 @@ import json
 import logging
 
 import pytest
+from conftest import read_traces
 
 import otel_trackio
 from otel_trackio import TrackioSpanExporter, TrackioSpanProcessor
+from otel_trackio._core.records import SpanRecord
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
-from otel_trackio._wiring import metrics_spool, offload_enabled, plan_spans
+from otel_trackio._wiring import in_process_store, metrics_spool, offload_enabled, plan_spans
 from otel_trackio.autoconfigure import TrackioEnvMetricExporter, TrackioEnvSpanExporter
 from otel_trackio.metric_exporter import TrackioMetricExporter
 from otel_trackio.settings import TrackioConfigError, TrackioSettings
@@ -118,3 +120,22 @@ def test_configure_the_hand_built_exporter_and_zero_code_follow_the_plan(project
     finally:
         metrics.shutdown()
         spans.shutdown()
+
+
+def test_in_process_engines_share_one_store_process_which_writes_each_into_its_run(project):
+    first = TrackioSpanExporter(project, name="a", offload=False)
+    second = TrackioSpanExporter(project, name="b", offload=False)
+    store = first._engine.sink._store
+    assert store is not None and second._engine.sink._store is store  # one process for both
+    for index, exporter in enumerate((first, second)):
+        root = SpanRecord(index + 1, 1, "s", 0, 1, attributes={"step": 0, "sample_index": index})
+        assert exporter._export_records([root]).name == "SUCCESS"
+        exporter.shutdown()  # everything handed over is stored when it returns
+    assert [t["metadata"]["sample_index"] for t in read_traces(project, "a")] == [0]
+    assert [t["metadata"]["sample_index"] for t in read_traces(project, "b")] == [1]
+    assert store._process is not None and store._process.poll() is None  # kept for the next
+
+
+def test_a_run_on_a_trackio_server_gets_no_store_process(project):
+    remote = TrackioSettings(project=project, server_url="http://127.0.0.1:9")
+    assert in_process_store(remote) is None
