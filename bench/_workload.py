@@ -18,7 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -225,6 +225,7 @@ class Receiver:
         self.project = project
         self.url = f"http://127.0.0.1:{self.port}"
         self.grpc_url = f"http://127.0.0.1:{self.grpc_port}"
+        become_subreaper()
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -250,9 +251,16 @@ class Receiver:
         self.output: list[str] = []
         import threading
 
-        threading.Thread(
-            target=lambda: self.output.extend(self.process.stdout or ()), daemon=True
-        ).start()
+        self.stored = threading.Event()  # its "stopped" line: everything stored, runs finished
+
+        def read() -> None:
+            for line in self.process.stdout or ():
+                self.output.append(line)
+                if line.startswith("otel-trackio serve: stopped;"):
+                    self.stored.set()
+            self.stored.set()
+
+        threading.Thread(target=read, daemon=True).start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if all(_listening(port) for port in (self.port, self.grpc_port)):
@@ -260,12 +268,62 @@ class Receiver:
             time.sleep(0.1)
         raise RuntimeError("otel-trackio serve did not start")
 
-    def stop(self, timeout: float = 1200) -> None:
-        """SIGTERM: it drains its spool (up to its --drain-seconds) and finishes the run."""
+    def stop_until_stored(self, timeout: float = 1200) -> None:
+        """SIGTERM, and wait for its "stopped" line: it has drained its spool (up to its
+        --drain-seconds), stored everything and finished its runs; its process may still be
+        ending (as Trackio alone is timed up to ``run.finish()``, not its interpreter's exit)."""
         import signal
 
+        self._children = children(self.process.pid)  # its store process, reaped by stop()
         self.process.send_signal(signal.SIGTERM)
+        if not self.stored.wait(timeout):
+            raise RuntimeError("otel-trackio serve did not stop")
+
+    def stop(self, timeout: float = 1200) -> None:
+        """:meth:`stop_until_stored`, then wait for its process, and its store's, to end (their
+        CPU time then counts in this process's children's)."""
+        if self.process.poll() is None and not self.stored.is_set():
+            self.stop_until_stored(timeout)
         self.process.wait(timeout=timeout)
+        reap(getattr(self, "_children", ()))
+
+
+def reap(orphans: Iterable[int], timeout: float = 30) -> None:
+    """Wait for these grandchildren, reparented to this process (see :func:`become_subreaper`)
+    when their parent ended first, to end, and reap them: their CPU time then counts in this
+    process's children's."""
+    deadline = time.monotonic() + timeout
+    for child in orphans:
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(child, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break  # not this process's to reap (no subreaper): it ended elsewhere
+            time.sleep(0.01)
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux)."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                found.extend(int(child) for child in handle.read().split())
+    except OSError:
+        pass
+    return found
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants (a receiver's store process ending after it) are reparented to this
+    process instead of init, so it reaps them and their CPU time counts (Linux; else nothing)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
 
 
 def _listening(port: int) -> bool:

@@ -9,7 +9,8 @@ Figure 3 — spans in → Traces durable, each path against its limit, Trackio a
   * offload (the default): the same through ``TrackioSpanExporter()``; ``shutdown()`` returns once
     the writer process has stored everything;
   * receiver: the same spans sent by the official OTLP/gRPC exporter to ``otel-trackio serve``,
-    which is then stopped (it stores everything before it exits).
+    which is then stopped: timed until it says it stopped (everything stored, the run finished),
+    as Trackio alone is timed until ``run.finish()`` returns, not until its interpreter exits.
   Each ratio = Trackio-alone seconds / the path's seconds (target >= 0.90 for each); CPU per
   stored span counts every process (this one and its children: the writer, the receiver).
 
@@ -97,7 +98,10 @@ def ours(spans: list[Any], path: str) -> tuple[float, float, str]:
     helper = receiver.process.pid if receiver is not None else None
     if exporter is not None and exporter.offloaded:
         helper = exporter._offload.writer_pid  # type: ignore[union-attr]
-    started = settled_cpu_seconds(helper) if helper is not None else 0.0
+    # The receiver's and the writer's store processes: their start-up is left out too, and they
+    # are reaped once done (they may end after their parent: this process is their subreaper).
+    stores = w.children(helper) if helper is not None else []
+    started = sum(settled_cpu_seconds(pid) for pid in [*([helper] if helper else []), *stores])
     # In process, Trackio's writes run in the process's store, which outlives the exporter.
     store = exporter._engine.sink._store if exporter is not None and exporter._engine else None
     store_pid = store._process.pid if store is not None and store._process else None
@@ -118,9 +122,12 @@ def ours(spans: list[Any], path: str) -> tuple[float, float, str]:
         for batch in w.chunks(spans):
             assert sender.export(batch).name == "SUCCESS", "the receiver refused a batch"
         sender.shutdown()
-        receiver.stop()  # it stores everything before it exits
+        receiver.stop_until_stored()  # it has stored everything (its process still ending)
 
     seconds = w.timed(go)
+    if receiver is not None:
+        receiver.stop()  # ended: its CPU time counts below
+    w.reap(stores)  # ended too: their CPU time counts below
     in_store = process_cpu_seconds(store_pid) - store_started if store_pid is not None else 0.0
     return seconds, cpu_seconds() - cpu - started + in_store, run
 
@@ -248,6 +255,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    w.become_subreaper()  # store processes that end after their parent are reaped here
     n = args.samples
     spans_in = n * w.SPANS_PER_SAMPLE
 

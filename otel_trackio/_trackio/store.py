@@ -190,18 +190,25 @@ class TraceStore:
             return self._answers.pop(request)
 
     def close(self, timeout_seconds: float = 30.0) -> None:
-        """Let the process finish what it took and end. Idempotent."""
+        """Let the process finish what it took and end; return once every request handed
+        over is answered (killed past ``timeout_seconds``). The process then only ends (its
+        pipe closed): that is not waited for, it writes nothing more. Idempotent."""
         with self._lock:
             self._closed = True
             process, self._process = self._process, None
         if process is None:
             return
-        try:
+        with contextlib.suppress(OSError, ValueError):
             if process.stdin is not None:
                 process.stdin.close()
-            process.wait(timeout_seconds)
-        except (OSError, subprocess.TimeoutExpired):
-            process.kill()
+        deadline = time.monotonic() + max(0.0, timeout_seconds)
+        with self._answered:
+            while self._waiting - self._answers.keys() and process.poll() is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    process.kill()
+                    return
+                self._answered.wait(min(left, 0.05))
 
     def _running(self, fork: bool = False) -> subprocess.Popen[bytes] | _Forked | None:
         """The store process, started now when it is not running (lock held)."""

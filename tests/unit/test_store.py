@@ -260,3 +260,35 @@ def test_a_forked_child_hands_nothing_to_its_parents_store(project: str) -> None
         assert [trace["step"] for trace in read_traces(project, "together")] == [2]
     finally:
         store.close()
+
+
+def test_close_returns_once_what_was_handed_over_is_stored_and_kills_a_store_stalled_past_it(
+    project: str, tmp_path: Path
+) -> None:
+    # A store whose interpreter takes long to end (here an exit hook that sleeps): closing it
+    # waits for its answers, not for its end; it writes nothing more meanwhile.
+    hook = "import atexit, time\natexit.register(time.sleep, 60)\n"
+    (tmp_path / "sitecustomize.py").write_text(hook)
+    path = os.pathsep.join([str(tmp_path), *sys.path])
+    store = TraceStore(trackio_dir_path(), environment={**os.environ, "PYTHONPATH": path})
+    store.start(fork=False)
+    assert store.ready(WAIT)
+    process = store._process
+    assert process is not None
+    try:
+        assert store.submit([_entry(project, 6)]) is not None
+        store.close()
+        assert [trace["step"] for trace in read_traces(project, "together")] == [6]
+        assert process.poll() is None  # still ending
+    finally:
+        process.kill()
+    stalled = TraceStore(trackio_dir_path())
+    stalled.start(fork=False)
+    assert stalled.ready(WAIT)
+    stopped = stalled._process
+    assert stopped is not None
+    os.kill(stopped.pid, signal.SIGSTOP)  # never answers
+    assert stalled.submit([_entry(project, 7)]) is not None
+    stalled.close(timeout_seconds=0.5)
+    wait_until(lambda: stopped.poll() is not None, what="the stalled store killed")
+    assert [trace["step"] for trace in read_traces(project, "together")] == [6]
