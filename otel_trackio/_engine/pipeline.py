@@ -292,6 +292,13 @@ class TracePipeline:
         finally:
             self._unlock()
 
+    def stop_writing(self) -> None:
+        """Write nothing more to Trackio's storage, from now on: a spool's drainer stopping past
+        its deadline leaves what is not stored to the spool, instead of waiting out a storage
+        lock another process holds. Without the lock, so a thread waiting on storage with it
+        held gives up at its next write."""
+        self._writes.stop()
+
     def close(
         self,
         timeout_seconds: float = 30.0,
@@ -328,10 +335,11 @@ class TracePipeline:
                     f"lost ({self.stats.samples_lost} samples lost in all)",
                 )
             elif acquired and self._writes:
+                why = "stopped writing" if self._writes.stopped else "Trackio's storage still fails"
                 self._warn(
                     "shutdown-kept",
-                    f"shutdown: Trackio's storage still fails; {len(self._writes)} samples "
-                    "not stored stay in the spool for the next start",
+                    f"shutdown: {why}; {len(self._writes)} samples not stored stay in the spool "
+                    "for the next start",
                 )
         finally:
             if acquired:

@@ -69,6 +69,8 @@ class WriteLedger:
         self._behind: deque[int] = deque()
         self.failing_since: float | None = None
         """When (monotonic) writes to storage started failing; None while they succeed."""
+        self.stopped = False
+        """True once :meth:`stop` was called: nothing more is written."""
 
     def __len__(self) -> int:
         return len(self._unwritten)
@@ -85,6 +87,12 @@ class WriteLedger:
         """The span records of every kept sample."""
         return (span for kept in self._unwritten for span in kept.sample.spans)
 
+    def stop(self) -> None:
+        """Write nothing more: from now on :meth:`write` and :meth:`write_behind` fail at once
+        without touching storage, whose write may be waiting out a lock (a spool keeps what is
+        not stored, for its next drainer). The one member any thread may call."""
+        self.stopped = True
+
     def write_behind(self, timeout_seconds: float) -> bool:
         """Hand what was logged since the last hand-over to the sink's store process and return
         before it is stored (a spool keeps it meanwhile, or in process this ledger does).
@@ -94,6 +102,8 @@ class WriteLedger:
         waited for. When a write failed, or nothing can be handed over, this is :meth:`write`."""
         if not self._unwritten:
             return True
+        if self.stopped:
+            return False
         if self._log_again or self.failing_since is not None:
             return self.write(timeout_seconds)
         try:
@@ -127,6 +137,8 @@ class WriteLedger:
     def write(self, timeout_seconds: float) -> bool:
         """Make what was logged durable in Trackio's storage. On success the samples count as
         logged; on a failure they stay kept (see the module's docstring)."""
+        if self.stopped:
+            return not self._unwritten
         self._behind.clear()  # the sink's flush settles the writes behind first
         if not self._unwritten:
             return True

@@ -515,7 +515,13 @@ class Router:
             if self._closed:
                 return self.drained()
             self._closed = True
-        self.wait_drained(drain_seconds)
+        if not self.wait_drained(drain_seconds):
+            # Past the deadline what is not stored stays in the spool: no write is waited for
+            # any more (another process may hold Trackio's storage lock); a write the store has
+            # in flight is cut short (SQLite rolls it back; the next start looks it up).
+            for route in self._open_routes(include_closed=True):
+                route.spans.stop_writing()
+            self._store.close(timeout_seconds=0.0)
         self._stop_draining.set()
         self._drain_thread.join()
         drained = self.drained()
