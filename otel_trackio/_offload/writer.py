@@ -13,7 +13,8 @@ the run engine's metric path), and stops:
 - after a ``CLOSE`` entry (the exporter shut down): everything drained, open samples logged;
 - when the rollout process is gone (killed): what it spooled is drained, open samples are logged
   as partial (they will never end), then it exits — no orphan process;
-- on SIGTERM: after the current cycle, leaving the rest in the spool for the next start.
+- on SIGTERM: after the current cycle, leaving the rest in the spool for the next start (no write
+  is waited for any more).
 
 At start it also starts a writer for each spool of the project left behind by writers killed with
 their rollout process (abandoned: no producer, no drainer), each into the run its spool records.
@@ -262,6 +263,20 @@ def main(argv: list[str] | None = None) -> int:
     done = False
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def leave_the_rest_to_the_spool() -> None:
+        """Asked to stop: what is not stored stays in the spool, so no write is waited for
+        any more (another process may hold Trackio's storage lock; the rollout's shutdown
+        allows a stopping writer a few seconds). A write in flight is cut short: SQLite rolls
+        it back, and the next writer looks its samples up. Off the signal handler, which may
+        interrupt this thread holding the store's lock."""
+        stop.wait()
+        pipeline.stop_writing()
+        store.close(timeout_seconds=0.0)
+
+    threading.Thread(
+        target=leave_the_rest_to_the_spool, name="otel-trackio-stop", daemon=True
+    ).start()
     if not orphaned:  # what writers killed with their rollout process left, each in its run
         adopt_abandoned(spool_project_folder(path), besides=path)
     try:

@@ -193,15 +193,24 @@ class TraceStore:
         """Let the process finish what it took and end; return once every request handed
         over is answered (killed past ``timeout_seconds``). The process then only ends (its
         pipe closed): that is not waited for, it writes nothing more. Idempotent."""
-        with self._lock:
+        deadline = time.monotonic() + max(0.0, timeout_seconds)
+        if not self._lock.acquire(timeout=max(0.0, timeout_seconds)):
+            # A request is being handed to a store that takes nothing (its pipe full, its write
+            # waiting out a lock): ended, the hand-over fails and lets go.
+            stalled = self._process
+            if stalled is not None:
+                stalled.kill()
+            self._lock.acquire()
+        try:
             self._closed = True
             process, self._process = self._process, None
+        finally:
+            self._lock.release()
         if process is None:
             return
         with contextlib.suppress(OSError, ValueError):
             if process.stdin is not None:
                 process.stdin.close()
-        deadline = time.monotonic() + max(0.0, timeout_seconds)
         with self._answered:
             while self._waiting - self._answers.keys() and process.poll() is None:
                 left = deadline - time.monotonic()

@@ -292,3 +292,28 @@ def test_close_returns_once_what_was_handed_over_is_stored_and_kills_a_store_sta
     stalled.close(timeout_seconds=0.5)
     wait_until(lambda: stopped.poll() is not None, what="the stalled store killed")
     assert [trace["step"] for trace in read_traces(project, "together")] == [6]
+
+
+def test_close_ends_a_stalled_store_that_a_hand_over_waits_for(project: str) -> None:
+    # The store stuck in a write (here stopped) and its pipe full: a hand-over waits on it,
+    # holding the store's lock. Closing without waiting ends the store, and the hand-over fails.
+    store = TraceStore(trackio_dir_path())
+    store.start(fork=False)
+    assert store.ready(WAIT)
+    process = store._process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)
+    entry = _entry(project, 8)
+    big = [{"role": "user", "content": "x" * 3_000_000}]  # more than the pipe holds
+    entry["metrics"]["rollout/traces"][0]["messages"] = big
+    handed: list[int | None] = []
+    caller = threading.Thread(target=lambda: handed.append(store.submit([entry])))
+    caller.start()
+    wait_until(lambda: store._lock.locked(), what="the hand-over waiting on the full pipe")
+    closing = threading.Thread(target=lambda: store.close(timeout_seconds=0.0))
+    closing.start()
+    closing.join(WAIT)
+    caller.join(WAIT)
+    assert not closing.is_alive() and not caller.is_alive()
+    assert handed == [None]  # the caller writes it (or its spool keeps it)
+    wait_until(lambda: process.poll() is not None, what="the stalled store ended")
