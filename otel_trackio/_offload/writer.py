@@ -58,7 +58,7 @@ from otel_trackio._offload.protocol import (
     decode_config,
     encode_config,
 )
-from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer
+from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer, leave_to_the_spool
 from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_root
 from otel_trackio._spool.segments import is_locked, private, write_atomically
 from otel_trackio._trackio.installed import join_run, trackio_dir
@@ -264,19 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
-    def leave_the_rest_to_the_spool() -> None:
-        """Asked to stop: what is not stored stays in the spool, so no write is waited for
-        any more (another process may hold Trackio's storage lock; the rollout's shutdown
-        allows a stopping writer a few seconds). A write in flight is cut short: SQLite rolls
-        it back, and the next writer looks its samples up. Off the signal handler, which may
-        interrupt this thread holding the store's lock."""
+    def when_stopped() -> None:
+        # Off the signal handler, which may interrupt this thread holding the store's lock. The
+        # rollout's shutdown allows a stopping writer a few seconds.
         stop.wait()
-        pipeline.stop_writing()
-        store.close(timeout_seconds=0.0)
+        leave_to_the_spool([pipeline], store)
 
-    threading.Thread(
-        target=leave_the_rest_to_the_spool, name="otel-trackio-stop", daemon=True
-    ).start()
+    threading.Thread(target=when_stopped, name="otel-trackio-stop", daemon=True).start()
     if not orphaned:  # what writers killed with their rollout process left, each in its run
         adopt_abandoned(spool_project_folder(path), besides=path)
     try:

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -61,6 +61,7 @@ from otel_trackio._spool.segments import (
     save_checkpoint,
     sync_segments,
 )
+from otel_trackio._trackio.store import TraceStore
 
 BACKOFF_SECONDS = (0.5, 30.0)
 """The drainer's wait before retrying a failed write or checkpoint: from the first, doubling,
@@ -71,6 +72,16 @@ _logger = logging.getLogger("otel_trackio")
 
 def _no_earlier_runs(pipeline: TracePipeline) -> Sequence[str]:
     return ()
+
+
+def leave_to_the_spool(pipelines: Iterable[TracePipeline], store: TraceStore) -> None:
+    """A drainer asked to stop (the writer's SIGTERM, the receiver past its drain deadline):
+    what is not stored stays in the spool for the next drainer, so nothing more is written or
+    waited for (another process may hold Trackio's storage lock). A write the store has in
+    flight is cut short: SQLite rolls it back, and the next drainer looks its samples up."""
+    for pipeline in pipelines:
+        pipeline.stop_writing()
+    store.close(timeout_seconds=0.0)
 
 
 class Destination(Protocol):

@@ -34,7 +34,7 @@ from otel_trackio._engine.run import RunEngine, build_run_engine, make_named_run
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._settings import TrackioSettings, split_options
-from otel_trackio._spool.drain import Drainer
+from otel_trackio._spool.drain import Drainer, leave_to_the_spool
 from otel_trackio._spool.paths import receiver_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import Producer, SpoolFull, holds_segments
 from otel_trackio._trackio.installed import trackio_dir
@@ -516,12 +516,8 @@ class Router:
                 return self.drained()
             self._closed = True
         if not self.wait_drained(drain_seconds):
-            # Past the deadline what is not stored stays in the spool: no write is waited for
-            # any more (another process may hold Trackio's storage lock); a write the store has
-            # in flight is cut short (SQLite rolls it back; the next start looks it up).
-            for route in self._open_routes(include_closed=True):
-                route.spans.stop_writing()
-            self._store.close(timeout_seconds=0.0)
+            routes = self._open_routes(include_closed=True)
+            leave_to_the_spool([route.spans for route in routes], self._store)
         self._stop_draining.set()
         self._drain_thread.join()
         drained = self.drained()
