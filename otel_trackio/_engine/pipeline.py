@@ -293,8 +293,9 @@ class TracePipeline:
             self._unlock()
 
     def stop_writing(self) -> None:
-        """Write nothing more to Trackio's storage, from now on: a spool's drainer stopping past
-        its deadline leaves what is not stored to the spool, instead of waiting out a storage
+        """Write nothing more to Trackio's storage, from now on: a spool's drainer asked to stop
+        leaves what is not stored to the spool (see
+        :func:`~otel_trackio._spool.drain.leave_to_the_spool`) instead of waiting out a storage
         lock another process holds. Without the lock, so a thread waiting on storage with it
         held gives up at its next write."""
         self._writes.stop()
