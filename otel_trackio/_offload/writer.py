@@ -13,8 +13,7 @@ the run engine's metric path), and stops:
 - after a ``CLOSE`` entry (the exporter shut down): everything drained, open samples logged;
 - when the rollout process is gone (killed): what it spooled is drained, open samples are logged
   as partial (they will never end), then it exits — no orphan process;
-- on SIGTERM: after the current cycle, leaving the rest in the spool for the next start (no write
-  is waited for any more).
+- on SIGTERM: after the current cycle, leaving the rest in the spool for the next start.
 
 At start it also starts a writer for each spool of the project left behind by writers killed with
 their rollout process (abandoned: no producer, no drainer), each into the run its spool records.
@@ -58,7 +57,7 @@ from otel_trackio._offload.protocol import (
     decode_config,
     encode_config,
 )
-from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer, leave_to_the_spool
+from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_root
 from otel_trackio._spool.segments import is_locked, private, write_atomically
 from otel_trackio._trackio.installed import join_run, trackio_dir
@@ -263,14 +262,6 @@ def main(argv: list[str] | None = None) -> int:
     done = False
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-
-    def when_stopped() -> None:
-        # Off the signal handler, which may interrupt this thread holding the store's lock. The
-        # rollout's shutdown allows a stopping writer a few seconds.
-        stop.wait()
-        leave_to_the_spool([pipeline], store)
-
-    threading.Thread(target=when_stopped, name="otel-trackio-stop", daemon=True).start()
     if not orphaned:  # what writers killed with their rollout process left, each in its run
         adopt_abandoned(spool_project_folder(path), besides=path)
     try:

@@ -75,10 +75,12 @@ def _no_earlier_runs(pipeline: TracePipeline) -> Sequence[str]:
 
 
 def leave_to_the_spool(pipelines: Iterable[TracePipeline], store: TraceStore) -> None:
-    """A drainer asked to stop (the writer's SIGTERM, the receiver past its drain deadline):
-    what is not stored stays in the spool for the next drainer, so nothing more is written or
-    waited for (another process may hold Trackio's storage lock). A write the store has in
-    flight is cut short: SQLite rolls it back, and the next drainer looks its samples up."""
+    """A drainer stopping past its deadline (the receiver's ``--drain-seconds``): what is not
+    stored stays in the spool for the next drainer, so nothing more is written or waited for
+    (another process may hold Trackio's storage lock). A write the store has in flight is cut
+    short: SQLite rolls it back or has it, and the next drainer, which starts only after this
+    one is gone, looks its samples up. Not for a drainer that another takes over from while it
+    ends (the offload writer replaced at shutdown): that one must know what its writes stored."""
     for pipeline in pipelines:
         pipeline.stop_writing()
     store.close(timeout_seconds=0.0)
