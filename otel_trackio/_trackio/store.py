@@ -19,8 +19,12 @@ waiting in its pipe when it is free it takes together, in one write: the ``bulk_
 Trackio's own writer thread would make for their entries (``SQLiteStorage.bulk_log``, grouped by
 run as ``Run._write_logs_to_sqlite`` groups them). A caller that hands requests over faster than
 storage takes them so gets fewer, larger writes, which cost Trackio less per Trace. It answers
-one line per request: ``<id> ok`` or ``<id> failed <why>``. It exits when its pipe closes (the
-parent ended or was killed); a request it had taken is finished first. A child that dies fails
+one line per request: ``<id> ok`` or ``<id> failed <why>``. What it writes was decoded from JSON
+just before, so Trackio's sanitising walk over every value, which would only copy it, is skipped
+there (:func:`write_decoded_json_as_is`): the store's write costs less than Trackio's own.
+
+It exits when its pipe closes (the parent ended or was killed); a request it had taken is
+finished first. A child that dies fails
 every request it had not answered: the caller then looks up what storage holds and logs the rest
 again, as after any failed write. The child is in its parent's session, so the writer's CPU
 priority (its autogroup's nice) is the child's too.
@@ -347,7 +351,9 @@ class _Forked:
                 os.closerange(low + 1, high)
                 os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
                 os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints go to stderr
-                serve(os.fdopen(requests_read, "rb", buffering=0), os.fdopen(answers_write, "wb"))
+                _serve_as_store_process(
+                    os.fdopen(requests_read, "rb", buffering=0), os.fdopen(answers_write, "wb")
+                )
                 code = 0
             finally:
                 os._exit(code)  # never the parent's atexit handlers or buffered output
@@ -378,6 +384,48 @@ class _Forked:
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
+
+
+#: Decoded JSON of every kind a request holds (what the store's walk must leave as it is).
+_DECODED_JSON_PROBE = (
+    b'{"k":[0,-1,7,2.5,-0.0,1e300,"NaN","Infinity","","\xc3\xa9",null,true,false,'
+    b'{"n":{"m":[],"o":{}}}],"":{}}'
+)
+
+
+def write_decoded_json_as_is(storage: Any) -> bool:
+    """Let Trackio's storage write (``storage``: ``trackio.sqlite_storage``) store the values
+    of this process's requests as they are, without its sanitising walk; True when done.
+
+    Trackio runs that walk (``serialize_values``: NaN and infinities as text, NumPy scalars as
+    numbers, keys as text) over every value it stores, a Python call per value. The store's
+    values were decoded from JSON just before (``orjson`` never yields what the walk changes, and
+    ``run.log`` walked them once already), so the walk only copies them. It is skipped when the
+    installed Trackio's walk gives the probe of every JSON kind back unchanged; otherwise it
+    stays. Only for a store process: it changes ``storage`` for the whole process."""
+    walk = getattr(storage, "serialize_values", None)
+    if not callable(walk):
+        return False
+    probe = orjson.loads(_DECODED_JSON_PROBE)
+    try:
+        unchanged = bool(walk(probe) == orjson.loads(_DECODED_JSON_PROBE))
+    except Exception:  # noqa: BLE001 - a walk that fails here is not the known one: keep it
+        return False
+    if unchanged:
+        storage.serialize_values = _as_is
+    return unchanged
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _serve_as_store_process(requests: IO[bytes], answers: IO[bytes]) -> None:
+    """:func:`serve` in a store process (forked, or this file run as a script)."""
+    import trackio.sqlite_storage
+
+    write_decoded_json_as_is(trackio.sqlite_storage)
+    serve(requests, answers)
 
 
 #: Most requests waiting in the pipe the store takes into one write.
@@ -460,4 +508,4 @@ if __name__ == "__main__":
     # Answers go to the real stdout alone: whatever prints (Trackio's notices) goes to stderr.
     _answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    serve(open(sys.stdin.fileno(), "rb", buffering=0, closefd=False), _answers)
+    _serve_as_store_process(open(sys.stdin.fileno(), "rb", buffering=0, closefd=False), _answers)

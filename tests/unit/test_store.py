@@ -317,3 +317,102 @@ def test_close_ends_a_stalled_store_that_a_hand_over_waits_for(project: str) -> 
     assert not closing.is_alive() and not caller.is_alive()
     assert handed == [None]  # the caller writes it (or its spool keeps it)
     wait_until(lambda: process.poll() is not None, what="the stalled store ended")
+
+
+def _stored_rows(project: str, run: str) -> list[tuple[Any, ...]]:
+    """What storage holds of ``run``: its metrics and its Traces' columns, byte for byte (ids,
+    log ids and times aside)."""
+    import sqlite3
+
+    with sqlite3.connect(trackio_dir_path() / f"{project}.db") as db:
+        metrics = db.execute(
+            "SELECT step, metrics FROM metrics WHERE run_name = ? ORDER BY step", (run,)
+        ).fetchall()
+        traces = db.execute(
+            "SELECT step, key, trace_index, messages, metadata, spans, "
+            "replace(search_text, id, '') FROM traces WHERE run_name = ? ORDER BY step, "
+            "trace_index",
+            (run,),
+        ).fetchall()
+    return [*metrics, *traces]
+
+
+def test_the_store_stores_byte_for_byte_what_trackio_stores_for_the_same_entries(
+    project: str,
+) -> None:
+    import numpy as np
+    from trackio.utils import serialize_values
+
+    trace = {
+        "_type": "trackio.trace",
+        "messages": [{"role": "user", "content": 'Où? 🚆 \u2028 "quoted"\n'}],
+        "metadata": {"reward": float("nan"), "big": 2**62, "tiny": 1e-300, "nested": {"a": [()]}},
+        "spans": [{"id": "1", "name": "n", "kind": "span", "input": {"x": -0.0}}],
+    }
+    values = {"loss": float("inf"), "np": np.float32(0.25), "rollout/traces": [trace, trace]}
+    # What run.log queues: Trackio's walk, then a JSON round trip.
+    queued = orjson.loads(orjson.dumps(serialize_values(values)))
+    assert "NaN" in orjson.dumps(queued).decode()  # the walk ran: NaN and inf as text
+
+    def entry(run: str) -> dict[str, Any]:
+        return {
+            "project": project,
+            "run": run,
+            "run_id": None,
+            "step": 5,
+            "log_id": uuid.uuid4().hex,
+            "metrics": orjson.loads(orjson.dumps(queued)),
+        }
+
+    SQLiteStorage.bulk_log(
+        project=project,
+        run="by-trackio",
+        metrics_list=[entry("by-trackio")["metrics"]],
+        steps=[5],
+        log_ids=[uuid.uuid4().hex],
+    )
+    store = TraceStore(trackio_dir_path())
+    store.start(fork=False)
+    try:
+        assert store.ready(WAIT)
+        request = store.submit([entry("by-the-store")])
+        assert request is not None and store.wait(request, WAIT) is None
+    finally:
+        store.close()
+    by_trackio = _stored_rows(project, "by-trackio")
+    assert len(by_trackio) == 3  # the scalars, two Traces
+    assert _stored_rows(project, "by-the-store") == by_trackio
+
+
+def test_the_store_skips_trackios_walk_only_where_it_leaves_decoded_json_unchanged() -> None:
+    from types import SimpleNamespace
+
+    import trackio.sqlite_storage
+    from trackio.utils import serialize_values
+
+    from otel_trackio._trackio.store import write_decoded_json_as_is
+
+    installed = SimpleNamespace(serialize_values=serialize_values)
+    assert write_decoded_json_as_is(installed)
+    value = {"a": [1.5]}
+    assert installed.serialize_values(value) is value  # as it is, no copy
+    assert trackio.sqlite_storage.serialize_values is serialize_values  # this process: untouched
+
+    def shortens(value: Any) -> Any:  # a walk that changes decoded JSON (cuts long text)
+        return serialize_values(value) if not isinstance(value, str) else value[:1]
+
+    def cut_text(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: cut_text(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [cut_text(item) for item in value]
+        return shortens(value)
+
+    def fails(value: Any) -> Any:
+        raise TypeError("not JSON")
+
+    for walk in (cut_text, fails):
+        other = SimpleNamespace(serialize_values=walk)
+        assert not write_decoded_json_as_is(other)
+        assert other.serialize_values is walk  # kept
+    assert not write_decoded_json_as_is(SimpleNamespace())
