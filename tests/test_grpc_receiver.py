@@ -226,6 +226,7 @@ def test_a_full_spool_answers_unavailable_with_retry_info_then_the_retry_is_stor
         (last + 100, i) for i in range(200)
     ]
     assert keys == expected  # every acknowledged request once, the refused one not at all
+    assert receiver.router.decoded.spans == 0  # nothing of the refused ones kept in memory
 
 
 def _spans_of(step: int, samples: int):
@@ -264,6 +265,9 @@ def test_many_concurrent_grpc_clients_store_every_sample_once(project, start_rec
         thread.join(120)
     receiver.stop()
     assert _keys(read_traces(project, "many")) == [(s, i) for s in range(5) for i in range(64)]
+    # Each request's records went from the gRPC thread to the drain as decoded, not decoded
+    # again from their spool entry.
+    assert receiver.router.decoded.taken == 16 * 5
 
 
 def test_grpc_at_the_http_port_gets_a_plain_warning_and_is_counted(project, start_receiver, caplog):

@@ -46,6 +46,7 @@ from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.stats import ExportStats, step_ranges, steps_in
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._settings import FSYNC_POLICIES
+from otel_trackio._spool.decoded import DecodedEntries
 from otel_trackio._spool.metric_memory import MetricMemory
 from otel_trackio._spool.replay import REPLAYABLE_KEY, ReplayCheck, ReplayCounts
 from otel_trackio._spool.segments import (
@@ -142,6 +143,8 @@ class Drainer:
             writer's rollout process): no other process stores them, so storage is read only
             for replayed entries, not once for each step as it is for a receiver's data,
             which a client may send again to another receiver of the run.
+        decoded: the span entries the spool's producer in this process keeps decoded (the
+            receiver): their records are taken from there rather than decoded again.
     """
 
     def __init__(
@@ -156,6 +159,7 @@ class Drainer:
         between_cycles: Callable[[], object] | None = None,
         earlier_runs: Callable[[TracePipeline], Sequence[str]] | None = None,
         sole_producer: bool = False,
+        decoded: DecodedEntries | None = None,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy {fsync!r}: expected one of {FSYNC_POLICIES}")
@@ -168,6 +172,7 @@ class Drainer:
         self._between_cycles = between_cycles
         self._earlier_runs = earlier_runs or _no_earlier_runs
         self._sole_producer = sole_producer
+        self._decoded = decoded
         # Notes (moment, position): every request begun before the moment is in the spool
         # before the position (see receiving), oldest first.
         self._received: deque[tuple[float, Position]] = deque()
@@ -304,7 +309,8 @@ class Drainer:
         return target.spans
 
     def _take_spans(self, entry: Entry) -> bool:
-        route, records = codec.decode_spans(entry.payload)
+        kept = self._decoded.take(entry.payload) if self._decoded is not None else None
+        route, records = kept if kept is not None else codec.decode_spans(entry.payload)
         pipeline = self._pipeline_of(route)
         if pipeline is None:
             return True

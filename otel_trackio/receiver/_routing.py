@@ -28,12 +28,14 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from otel_trackio._codec import spool as codec
 from otel_trackio._codec.otlp import DecodedLogs, DecodedMetrics, DecodedSpans, decode_metrics
 from otel_trackio._codec.routes import Route
+from otel_trackio._core.records import SpanRecord
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.report import RunSummary
 from otel_trackio._engine.run import RunEngine, build_run_engine, make_named_run_exist
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._settings import TrackioSettings, split_options
+from otel_trackio._spool.decoded import DecodedEntries
 from otel_trackio._spool.drain import Drainer, leave_to_the_spool
 from otel_trackio._spool.paths import receiver_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import Producer, SpoolFull, holds_segments
@@ -175,6 +177,8 @@ class Router:
         # Every route's Traces are written in this process of their own, beside the drain. It
         # starts now, afresh (not forked: gRPC is loaded here); until it has imported Trackio,
         # Traces are written on the drain thread.
+        # The span entries appended here are kept decoded for the drain until it takes them.
+        self.decoded = DecodedEntries()
         self._store = TraceStore(trackio_dir())
         self._store.start(fork=False)
         try:
@@ -187,6 +191,7 @@ class Router:
                 receiving=self.in_flight.oldest,
                 between_cycles=self.close_idle_routes,
                 earlier_runs=self._earlier_runs,
+                decoded=self.decoded,
             )
         except BaseException:
             self.producer.close()
@@ -361,7 +366,9 @@ class Router:
         :class:`ReceiverBusy` when the spool is full or the drain stalled."""
         outcome = Outcome(decoded.rejected, list(decoded.problems))
         parts = {t: (len(r), r) for t, r in decoded.by_route.items()}
-        self._spool_routes(parts, codec.SPANS, codec.encode_records, outcome)
+        self._spool_routes(
+            parts, codec.SPANS, codec.encode_records, outcome, keep=self._keep_decoded
+        )
         self._count(spans=decoded.accepted, rejected=outcome.rejected)
         return outcome
 
@@ -390,20 +397,34 @@ class Router:
         kind: int,
         encode: Callable[[_T, Key], bytes],
         outcome: Outcome,
+        keep: Callable[[bytes, _T, Key], bool] | None = None,
     ) -> int:
         """Resolve each route of a request (``parts``: its item count and its data), encode the
         data of every route taken as one spool entry each, and append them as one unit; the
-        items of the routes taken."""
+        items of the routes taken. ``keep``: offered each entry's data as it is, for the drain
+        (see :class:`~otel_trackio._spool.decoded.DecodedEntries`)."""
         keys = self._resolve_all({target: count for target, (count, _) in parts.items()}, outcome)
         entries = []
+        kept: list[bytes] = []
         taken = 0
         for target, (count, data) in parts.items():
             key = keys[target]
             if key is not None:
                 taken += count
-                entries.append((kind, encode(data, key)))
-        self._append(entries)
+                payload = encode(data, key)
+                entries.append((kind, payload))
+                if keep is not None and keep(payload, data, key):
+                    kept.append(payload)
+        try:
+            self._append(entries)
+        except BaseException:
+            for payload in kept:
+                self.decoded.forget(payload)
+            raise
         return taken
+
+    def _keep_decoded(self, payload: bytes, records: list[SpanRecord], key: Key) -> bool:
+        return self.decoded.keep(payload, (key, records))
 
     def count_refused(self, *, busy: bool = False) -> None:
         """Count a request refused before decoding (bad token, size, type, body); ``busy``:
