@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import read_logs, read_traces, wait_until
+from conftest import read_logs, read_traces, trackio_dir_path, wait_until
 from conftest import trace_id as stored_trace_id
 from google.rpc import status_pb2
 from opentelemetry import trace as otel_trace
@@ -584,6 +584,46 @@ def test_the_router_spools_each_route_and_drains_it_into_its_own_run(project, tm
         (project, "other", 2),
     }
     assert not spool.exists()
+
+
+def test_a_stop_that_saw_the_spool_drained_waits_for_the_writes_of_samples_logged_after(
+    project, tmp_path
+):
+    """Drained is not for good: a sample the spool handed over waits in its pipeline (its
+    grace, the next settle), so a stop can see everything drained, and the next moment the
+    sample is logged and its write not yet stored. The stop must wait for that write (within
+    ``drain_seconds``), not take it for a backlog and leave the sample to the spool. Here the
+    write is slow because another process holds Trackio's storage lock for a second; the
+    moment the stop first looks is played by one reading of "drained" (the window is too
+    short to hit by timing)."""
+    import fcntl
+
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from trackio.utils import canonical_project_name
+
+    from otel_trackio._codec.otlp import decode_traces
+    from otel_trackio.receiver._routing import Router
+
+    router = Router(project, "r", spool=tmp_path / "spool", sample_grace_seconds=0)
+    assert router._store.ready(60)  # the write goes to the store process, behind
+    real_drained = router.drained
+    readings: list[bool] = []
+
+    def drained() -> bool:
+        readings.append(True)
+        return True if len(readings) == 1 else real_drained()  # first: before the sample logs
+
+    lock_path = trackio_dir_path() / f"{canonical_project_name(project)}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # the write waits for it
+        router.export_spans(decode_traces(encode_spans(_spans_for(Resource.create(), range(3)))))
+        wait_until(lambda: router.backlog()[0] == 0 and not real_drained(), "the write waiting")
+        threading.Timer(1.0, lambda: fcntl.flock(lock.fileno(), fcntl.LOCK_UN)).start()
+        router.drained = drained  # type: ignore[method-assign]
+        assert router.shutdown(drain_seconds=30)
+    assert len(readings) > 1
+    assert sorted(t["metadata"]["sample_index"] for t in read_traces(project, "r")) == [0, 1, 2]
+    assert router.totals().samples == 3
 
 
 def _spans_for(resource: Resource, indexes: range) -> list:

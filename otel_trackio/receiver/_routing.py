@@ -463,11 +463,14 @@ class Router:
         return self._drainer.backlog()[0] == 0
 
     def wait_drained(self, timeout_seconds: float) -> bool:
-        """Wait up to ``timeout_seconds`` for :meth:`drained`; returns it."""
+        """Wait up to ``timeout_seconds`` for :meth:`drained`; True once it was seen (it may
+        not last: a sample held in a pipeline is logged later, and written)."""
         deadline = time.monotonic() + max(0.0, timeout_seconds)
-        while not self.drained() and time.monotonic() < deadline:
+        while not self.drained():
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.02)
-        return self.drained()
+        return True
 
     def totals(self) -> ReceiverTotals:
         """Counters for the summary line: received, logged, waiting and rejected so far."""
@@ -536,12 +539,16 @@ class Router:
             if self._closed:
                 return self.drained()
             self._closed = True
+        deadline = time.monotonic() + max(0.0, drain_seconds)
         if not self.wait_drained(drain_seconds):
             routes = self._open_routes(include_closed=True)
             leave_to_the_spool([route.spans for route in routes], self._store)
         self._stop_draining.set()
         self._drain_thread.join()
-        drained = self.drained()
+        # Drained is not for good: samples the spool had handed over wait in their pipeline
+        # (their grace, the next settle) and, once logged, until the store answers. Their
+        # writes are waited for too, within the same deadline.
+        drained = self.wait_drained(deadline - time.monotonic())
         with self._lock:
             routes = list(self._routes.values())
         for route in routes:

@@ -195,7 +195,7 @@ def _drain(args: argparse.Namespace) -> int:
         waiting, behind = router.backlog()
         _print(f"otel-trackio drain: {waiting} bytes left ({behind or 0:.0f} s behind)")
         router.wait_drained(5.0)
-    router.shutdown(drain_seconds=0)
+    router.shutdown()  # drained: it returns once the last writes are stored
     totals = router.totals()
     _print(
         f"otel-trackio drain: done; {totals.samples} samples logged "
