@@ -24,10 +24,9 @@ just before, so Trackio's sanitising walk over every value, which would only cop
 there (:func:`write_decoded_json_as_is`): the store's write costs less than Trackio's own.
 
 It exits when its pipe closes (the parent ended or was killed); a request it had taken is
-finished first. A child that dies fails
-every request it had not answered: the caller then looks up what storage holds and logs the rest
-again, as after any failed write. The child is in its parent's session, so the writer's CPU
-priority (its autogroup's nice) is the child's too.
+finished first. A child that dies fails every request it had not answered: the caller then looks
+up what storage holds and logs the rest again, as after any failed write. The child is in its
+parent's session, so the writer's CPU priority (its autogroup's nice) is the child's too.
 """
 
 from __future__ import annotations

@@ -174,11 +174,11 @@ class Router:
         self.producer = Producer(
             self.spool_path, int(chosen.spool_max_mb * 1024 * 1024), fsync=chosen.spool_fsync
         )
+        # The span entries appended here are kept decoded for the drain until it takes them.
+        self.decoded = DecodedEntries()
         # Every route's Traces are written in this process of their own, beside the drain. It
         # starts now, afresh (not forked: gRPC is loaded here); until it has imported Trackio,
         # Traces are written on the drain thread.
-        # The span entries appended here are kept decoded for the drain until it takes them.
-        self.decoded = DecodedEntries()
         self._store = TraceStore(trackio_dir())
         self._store.start(fork=False)
         try:
