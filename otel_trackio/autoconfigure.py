@@ -38,12 +38,14 @@ from otel_trackio._engine.report import say
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._environment_variables import (
     OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP,
+    OTEL_EXPORTER_TRACKIO_OFFLOAD,
     OTEL_EXPORTER_TRACKIO_PROJECT,
 )
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
+from otel_trackio._plan import resolve_offload
 from otel_trackio._settings import TrackioConfigError, TrackioSettings
 from otel_trackio._trackio.installed import RunLike
-from otel_trackio._wiring import metrics_spool, with_offload_resolved
+from otel_trackio._wiring import metrics_spool
 from otel_trackio.log_exporter import LogExportStats, TrackioLogExporter
 from otel_trackio.metric_exporter import (
     DEFAULT_TEMPORALITY,
@@ -73,7 +75,8 @@ def settings_from_env(
     ``OTEL_EXPORTER_TRACKIO_PROJECT`` when it is unset and ``require_project`` is true.
     """
     settings = TrackioSettings.from_env(environ, **overrides)
-    settings = with_offload_resolved(settings)  # on unless told not to
+    # on unless told not to
+    settings = resolve_offload(settings, os.environ.get(OTEL_EXPORTER_TRACKIO_OFFLOAD, ""))
     if require_project and settings.project is None:
         raise TrackioConfigError(
             f"otel-trackio: set {OTEL_EXPORTER_TRACKIO_PROJECT} to the Trackio project to log "

@@ -12,6 +12,7 @@ that are not GenAI events are counted (:attr:`TrackioLogExporter.stats`) and lef
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -168,9 +169,11 @@ class TrackioLogExporter(LogRecordExporter):
             f"no TrackioSpanExporter for project {settings.project!r}, run {settings.name!r} in "
             "this process: GenAI log events are logged without their spans (partial Traces)",
         )
-        from otel_trackio._wiring import in_process_engine
+        from otel_trackio._plan import plan_run
+        from otel_trackio._wiring import build_engine, observe
 
-        return in_process_engine(settings, log_events=True)
+        alone = dataclasses.replace(settings, offload=False)  # its own engine is in process
+        return build_engine(plan_run(alone, observe(alone)), log_events=True)
 
     def _count_skipped(self, reason: str) -> None:
         if reason == "no_span":

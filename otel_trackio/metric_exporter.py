@@ -22,6 +22,7 @@ from opentelemetry.sdk.metrics.view import Aggregation
 from otel_trackio._engine.metrics import DEFAULT_TEMPORALITY, MetricExportStats, MetricPath
 from otel_trackio._settings import TrackioSettings, settings_for
 from otel_trackio._trackio.installed import RunLike
+from otel_trackio._trackio.sink import TrackioSink
 
 if TYPE_CHECKING:
     from otel_trackio._core.metric_convert import ConverterMemory
@@ -72,7 +73,17 @@ class TrackioMetricExporter(MetricExporter):
         super().__init__(
             preferred_temporality=temporality, preferred_aggregation=preferred_aggregation
         )
-        self._path = MetricPath(settings_for(project, name, settings, options), run=run)
+        chosen = settings_for(project, name, settings, options)
+        sink = TrackioSink(chosen.project, chosen.name, run=run, init_kwargs=chosen.init_kwargs)
+        self._path = MetricPath(chosen, sink)
+
+    @classmethod
+    def _holding(cls, sink: TrackioSink, settings: TrackioSettings) -> TrackioMetricExporter:
+        """An exporter into the run ``sink`` holds (``configure()``'s: its plan chose the run)."""
+        exporter = cls.__new__(cls)
+        MetricExporter.__init__(exporter, preferred_temporality=dict(DEFAULT_TEMPORALITY))
+        exporter._path = MetricPath(settings, sink.share())
+        return exporter
 
     @property
     def settings(self) -> TrackioSettings:

@@ -14,9 +14,10 @@ from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
 from otel_trackio._engine.intake import EventIntake, register_intake
 from otel_trackio._engine.report import RunSummary, say
 from otel_trackio._engine.stats import ExportStats
+from otel_trackio._plan import plan_run
 from otel_trackio._settings import TrackioSettings, activate_first, settings_for
 from otel_trackio._trackio.installed import RunLike, trackio_dir
-from otel_trackio._wiring import SpanWiring, plan_spans
+from otel_trackio._wiring import SpanWiring, build_spans, observe
 from otel_trackio.sampling import StepSampler
 
 if TYPE_CHECKING:  # the in-process engine is imported only when an exporter runs in process
@@ -75,15 +76,17 @@ class TrackioSpanExporter(SpanExporter):
         settings: TrackioSettings | None = None,
         **options: Any,
     ) -> None:
-        wiring = plan_spans(settings_for(project, name, settings, options), run=run)
+        asked = settings_for(project, name, settings, options)
+        situation = observe(asked, run=run)
+        wiring = build_spans(plan_run(asked, situation), run=run)
         self._take(wiring)
         # Built by hand (not by configure(), which holds the freeze itself): the same setting.
         self._thaw = freeze_setup() if wiring.settings.gc_freeze else no_hold
 
     @classmethod
     def _from_wiring(cls, wiring: SpanWiring) -> TrackioSpanExporter:
-        """The exporter of a path :func:`~otel_trackio._wiring.plan_spans` built (``configure()``
-        plans it itself: it holds the same run and the GC freeze)."""
+        """The exporter of a span path :func:`~otel_trackio._wiring.build_spans` built
+        (``configure()`` plans and builds it itself: it holds the same run and the GC freeze)."""
         exporter = cls.__new__(cls)
         exporter._take(wiring)
         exporter._thaw = no_hold

@@ -40,10 +40,11 @@ from opentelemetry.util.types import Attributes
 
 from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
+from otel_trackio._plan import MetricRoute, plan_run
 from otel_trackio._settings import TrackioSettings, activate, settings_for
 from otel_trackio._trackio.installed import RunLike
 from otel_trackio._trackio.sink import TrackioSink
-from otel_trackio._wiring import metrics_spool, plan_spans, with_offload_resolved
+from otel_trackio._wiring import build_spans, observe
 from otel_trackio.log_exporter import TrackioLogExporter
 from otel_trackio.metric_exporter import DEFAULT_TEMPORALITY, TrackioMetricExporter
 from otel_trackio.sampling import StepSampler, step_sampler
@@ -324,8 +325,8 @@ class TrackioTelemetry:
 
     @property
     def settings(self) -> TrackioSettings:
-        """The settings this configuration runs with."""
-        return self._request.settings
+        """The settings this configuration runs with (``offload`` resolved)."""
+        return self.span_exporter.settings
 
     @property
     def tracer_provider(self) -> TracerProvider:
@@ -481,8 +482,8 @@ def configure(
     first. Spans are never exported twice.
     """
     global _installed, _active
-    chosen = with_offload_resolved(settings_for(project, name, settings, options))
-    request = _Request(chosen, run, metrics, logs)
+    asked = settings_for(project, name, settings, options)
+    request = _Request(asked, run, metrics, logs)
     with _lock:
         previous = _active
         if previous is not None and not previous.closed:
@@ -498,8 +499,11 @@ def configure(
             )
             previous.shutdown()
 
-        # Where spans go and where the run is opened: decided in one place (otel_trackio._wiring).
-        wiring = plan_spans(chosen, run=run)
+        # What this process has, then the decisions (otel_trackio._plan), then the parts.
+        situation = observe(asked, run=run)
+        plan = plan_run(asked, situation)
+        chosen = plan.settings
+        wiring = build_spans(plan, run=run)
         span_exporter = TrackioSpanExporter._from_wiring(wiring)
         sink = wiring.sink.share()  # this handle's hold: it finishes a run configure() started
         try:
@@ -521,11 +525,11 @@ def configure(
             )
             metric_exporter: MetricExporter | None = None
             if metrics and installed.reader is not None:
-                spool = metrics_spool(wiring.offload)
-                if spool is not None:  # metrics follow the run: to the writer that holds it
-                    metric_exporter = SpooledMetricExporter(spool)
+                if plan.metrics is MetricRoute.SPOOL and wiring.offload is not None:
+                    # metrics follow the run: to the writer that holds it
+                    metric_exporter = SpooledMetricExporter(wiring.offload)
                 else:
-                    metric_exporter = TrackioMetricExporter(run=sink.run, settings=chosen)
+                    metric_exporter = TrackioMetricExporter._holding(sink, chosen)
             sampler: Sampler | None = None
             if chosen.max_samples_per_step is not None:
                 sampler = step_sampler(chosen)

@@ -711,6 +711,7 @@ def test_a_sole_producers_steps_cost_no_storage_read(project, tmp_path, monkeypa
     from otel_trackio._engine.run import build_run_engine
     from otel_trackio._spool import replay
     from otel_trackio._spool.drain import Drainer
+    from otel_trackio._trackio.sink import TrackioSink
     from otel_trackio.settings import TrackioSettings
 
     reads: list[int] = []
@@ -723,7 +724,9 @@ def test_a_sole_producers_steps_cost_no_storage_read(project, tmp_path, monkeypa
     monkeypatch.setattr(replay, "has_traces_at", counted)
     producer = Producer(tmp_path / "spool", 1 << 24)
     engine = build_run_engine(
-        TrackioSettings(project=project, name="r", sample_grace_seconds=0), transport="offload"
+        TrackioSettings(project=project, name="r", sample_grace_seconds=0),
+        TrackioSink(project, "r"),
+        transport="offload",
     )
     drainer = Drainer(tmp_path / "spool", lambda route: engine, sole_producer=sole_producer)
     for step in (0, 1):  # appended after the drainer began: nothing of it is a replay

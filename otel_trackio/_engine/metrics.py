@@ -85,11 +85,9 @@ class MetricPath:
     only this path logs, the next step.
     """
 
-    def __init__(self, settings: TrackioSettings, *, run: RunLike | None = None) -> None:
+    def __init__(self, settings: TrackioSettings, sink: TrackioSink) -> None:
         self.settings = settings
-        self._sink = TrackioSink(
-            settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
-        )
+        self._sink = sink  # released at shutdown
         from otel_trackio._core.metric_convert import MetricConverter
 
         self._converter = MetricConverter(

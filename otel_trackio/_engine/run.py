@@ -10,9 +10,9 @@ only move records into it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio._core.records import SpanRecord
@@ -22,8 +22,6 @@ from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._settings import TrackioSettings
-from otel_trackio._trackio.installed import RunLike
-from otel_trackio._trackio.runs import open_run_by_name
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.store import TraceStore
 
@@ -92,22 +90,11 @@ class RunEngine:
                 self.metrics.shutdown()
 
 
-def make_named_run_exist(settings: TrackioSettings) -> None:
-    """When ``settings`` name a local run, make sure it exists before it is opened (see
-    :func:`~otel_trackio._trackio.runs.open_run_by_name`): processes that start together with one
-    name (Ray workers, a fail-over pair of receivers) then all continue that one run instead of
-    each making a run of that name."""
-    if settings.project and settings.name and not (settings.server_url or settings.space_id):
-        open_run_by_name(settings.project, settings.name)
-
-
 def build_run_engine(
     settings: TrackioSettings,
+    sink: TrackioSink,
     *,
     transport: Transport = "process",
-    run: RunLike | None = None,
-    sink: TrackioSink | None = None,
-    init_kwargs: Mapping[str, Any] | None = None,
     open_samples: OpenSampleLookup | None = None,
     open_spans: OpenSpanSource | None = None,
     steps: StepMemory | None = None,
@@ -118,11 +105,9 @@ def build_run_engine(
     """The engine of one run.
 
     Args:
-        settings: the run's settings (``project``/``name`` say which run unless ``run`` is given).
+        settings: the run's settings.
+        sink: the run, held (the engine releases it at shutdown; its metric path holds it too).
         transport: where the data comes from; it decides the defaults below.
-        run: a ``trackio.Run`` to log into (in process; never finished by the engine).
-        sink: a run already held (the engine releases it at shutdown).
-        init_kwargs: ``trackio.init`` keywords (default: ``settings.init_kwargs``).
         open_samples: where open sample roots are looked up at a flush (in process: the
             process's registry; offload writer: the roots its spool carries; default: none
             known, as in the receiver: OTLP carries ended spans only).
@@ -131,7 +116,7 @@ def build_run_engine(
         steps: the run's latest step, read by a sample without a step and by the metric path
             (in process: the process's, which ``set_step`` sets; default: the run's own, as
             data of other processes needs). Process-wide state is handed in, never imported
-            (:mod:`otel_trackio._wiring` does it for the rollout process).
+            (the builder, :mod:`otel_trackio._wiring`, does it for the rollout process).
         log_events: GenAI log events feed the pipeline from the start (a lone log exporter).
         decode_metrics: with it, the engine has a metric path (a
             :class:`~otel_trackio._engine.metrics.MetricPath` on the same run) fed by
@@ -140,13 +125,14 @@ def build_run_engine(
             next ones (see :mod:`otel_trackio._trackio.store`). None: they are written on the
             logging thread before the call returns.
     """
-    if sink is None:
-        kwargs = dict(settings.init_kwargs if init_kwargs is None else init_kwargs)
-        sink = TrackioSink(settings.project, settings.name, run=run, init_kwargs=kwargs)
     if open_samples is None:
         open_samples = OpenSampleRegistry()
     if steps is None:
         steps = OwnSteps()
+    metrics = None
+    if decode_metrics is not None:  # first: it holds its own share of the run
+        metrics = MetricPath(settings, sink.share())
+        metrics.follow_steps(steps.latest)  # the run's latest step, its spans' and metrics'
     grace = GracePolicy.of(settings, receiver=transport == "receiver")
     pipeline = TracePipeline(
         settings,
@@ -162,12 +148,4 @@ def build_run_engine(
         sink.write_behind_to(store)
     if log_events:
         pipeline.expect_log_events()
-    metrics = None
-    if decode_metrics is not None:
-        try:
-            metrics = MetricPath(settings, run=sink.run)
-            metrics.follow_steps(steps.latest)  # the run's latest step, its spans' and metrics'
-        except BaseException:
-            pipeline.close()
-            raise
     return RunEngine(settings, sink, pipeline, metrics, decode_metrics)

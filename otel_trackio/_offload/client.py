@@ -180,12 +180,14 @@ def writer_environment() -> dict[str, str]:
     return env
 
 
+def in_writer_process() -> bool:
+    """True in an offload writer process (its environment says so): it never offloads again."""
+    return bool(os.environ.get(_IN_WRITER))
+
+
 def portable(settings: TrackioSettings) -> str | None:
     """Why ``settings`` cannot cross to a writer process (None when they can): a token decoder
-    must be importable there (a module-level function, a bound method of a picklable object);
-    and a writer process never offloads again."""
-    if os.environ.get(_IN_WRITER):
-        return "this is an offload writer process"
+    must be importable there (a module-level function, a bound method of a picklable object)."""
     try:
         encode_config(WriterConfig(settings, "", None, 0))
     except ValueError as exc:
@@ -201,15 +203,23 @@ class OffloadClient:
         sink: the run: held in this process (the writer joins it), or deferred (the writer opens
             it, and this waits until it has: a run Trackio cannot open raises here, as
             ``trackio.init`` would have).
+        open_spans: the spans started and not ended, reported to the writer once open long.
+        root: the folder of every spool (the plan's; default: the settings').
     """
 
     def __init__(
-        self, settings: TrackioSettings, sink: TrackioSink, open_spans: OpenSpans | None = None
+        self,
+        settings: TrackioSettings,
+        sink: TrackioSink,
+        open_spans: OpenSpans | None = None,
+        *,
+        root: Path | None = None,
     ) -> None:
         self.settings = settings
         self.sink = sink
+        self.root = root if root is not None else spool_root(settings)
         name = sink.run_name if sink.opened else sink.requested_name
-        self.path = process_spool(settings, sink.project, name)
+        self.path = process_spool(self.root, sink.project, name)
         self.producer = Producer(
             self.path, int(settings.spool_max_mb * 1024 * 1024), fsync=settings.spool_fsync
         )
@@ -262,7 +272,7 @@ class OffloadClient:
             return
         self._closed = True
         self.producer.close()
-        remove_spool(self.path, spool_root(self.settings))
+        remove_spool(self.path, self.root)
         raise RuntimeError(f"otel-trackio: Trackio could not open the run: {opened}")
 
     def _opened(self) -> OpenedReport | str | None:
@@ -464,7 +474,7 @@ class OffloadClient:
             _stop_process(process)
         self.producer.close()
         if drained:  # all in Trackio: no spool (nor empty run folders) left behind
-            remove_spool(self.path, spool_root(self.settings))
+            remove_spool(self.path, self.root)
 
     def _give_writer_normal_share(self) -> bool:
         """The rollout is over: the writer, at the lowest priority so far, takes a normal CPU

@@ -44,7 +44,6 @@ from otel_trackio._codec.sdk_metrics import decode_sdk_metrics
 from otel_trackio._core.samples import StepMemory
 from otel_trackio._engine.open_samples import OpenSampleRegistry
 from otel_trackio._engine.pipeline import TracePipeline
-from otel_trackio._engine.run import build_run_engine
 from otel_trackio._offload.priority import NICENESS, CatchUp, deprioritise
 from otel_trackio._offload.protocol import (
     CONFIG_FILE,
@@ -57,12 +56,14 @@ from otel_trackio._offload.protocol import (
     decode_config,
     encode_config,
 )
+from otel_trackio._plan import Role, plan_run
 from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_root
 from otel_trackio._spool.segments import is_locked, private, write_atomically
 from otel_trackio._trackio.installed import join_run, trackio_dir
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.store import TraceStore
+from otel_trackio._wiring import build_engine, observe
 
 _logger = logging.getLogger("otel_trackio")
 
@@ -248,9 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         # opening the run, which the rollout process waits for.)
         deprioritise()
         store.lower_priority(NICENESS)
-    own = build_run_engine(
-        settings,
-        transport="offload",
+    own = build_engine(
+        plan_run(settings, observe(settings, role=Role.WRITER)),
         sink=sink,
         open_samples=registry,
         open_spans=registry,

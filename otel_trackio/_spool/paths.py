@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 from otel_trackio._core.names import folder_name
+from otel_trackio._plan import spool_root as planned_root
 from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.installed import trackio_dir
 
@@ -29,8 +30,9 @@ UNNAMED = "%unnamed"
 
 
 def spool_root(settings: TrackioSettings) -> Path:
-    """The folder holding every spool: ``spool_dir``, else ``otel-trackio-spool`` in Trackio's."""
-    return Path(settings.spool_dir) if settings.spool_dir else trackio_dir() / "otel-trackio-spool"
+    """The folder holding every spool: ``spool_dir``, else ``otel-trackio-spool`` in Trackio's
+    (the plan's rule, :func:`otel_trackio._plan.spool_root`)."""
+    return planned_root(settings, trackio_dir())
 
 
 def project_spools(settings: TrackioSettings, project: str) -> Path:
@@ -38,12 +40,12 @@ def project_spools(settings: TrackioSettings, project: str) -> Path:
     return spool_root(settings) / folder_name(project)
 
 
-def process_spool(settings: TrackioSettings, project: str, run_name: str | None) -> Path:
-    """A fresh spool for this process's spans of ``project``/``run_name`` (``offload=True``).
-    A run Trackio is still to name (``run_name`` None) gets a folder of its own: no other
-    process's spool is of the same run."""
+def process_spool(root: Path, project: str, run_name: str | None) -> Path:
+    """A fresh spool under ``root`` (:func:`spool_root`) for this process's spans of
+    ``project``/``run_name`` (``offload=True``). A run Trackio is still to name (``run_name``
+    None) gets a folder of its own: no other process's spool is of the same run."""
     run = folder_name(run_name) if run_name is not None else f"{UNNAMED}-{uuid.uuid4().hex[:8]}"
-    run_folder = project_spools(settings, project) / run
+    run_folder = root / folder_name(project) / run
     unique = f"{folder_name(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     return run_folder / unique
 

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_trackio._core.names import folder_name
+from otel_trackio._plan import HeldRun, RunSeen
 from otel_trackio._trackio.installed import (
     RunLike,
     active_run,
     forget_active_run,
+    is_remote,
     join_run,
     module,
     trackio_dir,
@@ -82,16 +84,33 @@ class OwnedRun:
 OWNED: dict[tuple[str, str | None], OwnedRun] = {}
 
 
+def seen(run: RunLike | None) -> RunSeen | None:
+    """``run`` as the plan sees it (:class:`~otel_trackio._plan.RunSeen`): its project and name,
+    whether it logs to a server, and whether this package holds it."""
+    if run is None:
+        return None
+    with REGISTRY_LOCK:
+        ours = any(o.run is run and not o.finished for o in OWNED.values())
+    return RunSeen(str(run.project), str(run.name), is_remote(run), ours)
+
+
+def held_run(project: str | None, name: str | None) -> HeldRun | None:
+    """The run this package holds in this process for ``project``/``name``, as the plan sees
+    it (None when it holds none)."""
+    if project is None:
+        return None
+    with REGISTRY_LOCK:
+        owned = OWNED.get((project, name))
+        if owned is None or owned.finished:
+            return None
+        run = owned.run
+    return HeldRun(opened_here=run is not None, remote=run is not None and is_remote(run))
+
+
 def finished(run: RunLike) -> bool:
     """True once ``run.finish()`` ran (Trackio 0.43 sets the run's private ``_stop_flag``)."""
     flag = getattr(run, "_stop_flag", None)
     return isinstance(flag, threading.Event) and flag.is_set()
-
-
-def matches(run: RunLike, project: str | None, name: str | None) -> bool:
-    if project is None:
-        return name is None or run.name == name
-    return run.project == project and (name is None or run.name == name)
 
 
 def claim_project_file(project: str) -> None:

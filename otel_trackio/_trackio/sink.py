@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from otel_trackio._plan import RunOpener, choose_opener
 from otel_trackio._trackio.installed import (
     RunLike,
     active_run,
@@ -33,7 +34,8 @@ from otel_trackio._trackio.runs import (
     OpenedElsewhere,
     OwnedRun,
     finished,
-    matches,
+    held_run,
+    seen,
     start_run,
 )
 from otel_trackio._trackio.store import TIMED_OUT, TraceStore
@@ -47,7 +49,9 @@ class TrackioSink:
     """A held Trackio run, and the one place that calls ``run.log`` / ``run.finish``.
 
     Build it on the user's thread (it may need that thread's active run); use it from any thread.
-    With ``defer=True`` (``offload=True``: a writer process logs) and neither ``run`` given nor a
+    Built by hand it finds its run by the plan's rule (:func:`~otel_trackio._plan.choose_opener`);
+    a builder holds the run its plan chose (:meth:`planned`). With ``defer=True``
+    (``offload=True``: a writer process logs) and neither ``run`` given nor a
     matching run active, no run is opened here: the writer process opens it and reports it
     (:meth:`opened_elsewhere`), and ``run`` opens it here only when something asks for it.
     """
@@ -62,7 +66,34 @@ class TrackioSink:
         defer: bool = False,
     ) -> None:
         self._start_holding(None, None)
-        self._resolve(project, name, run, dict(init_kwargs or {}), defer)
+        active = active_run()
+        chosen = choose_opener(  # built outside a plan: the plan's rule, asked here
+            project,
+            name,
+            given=seen(run),
+            active=seen(active),
+            held=held_run(project, name),
+            deferred=defer,
+        )
+        self._hold(chosen, project, name, run, active, dict(init_kwargs or {}), defer)
+
+    @classmethod
+    def planned(
+        cls,
+        opener: RunOpener,
+        project: str | None,
+        name: str | None,
+        *,
+        run: RunLike | None = None,
+        init_kwargs: Mapping[str, Any] | None = None,
+        defer: bool = False,
+    ) -> TrackioSink:
+        """The run a plan chose (:attr:`~otel_trackio._plan.RunPlan.opener`), held: built on
+        the thread the plan observed (its active run is the one the plan saw)."""
+        sink = cls.__new__(cls)
+        sink._start_holding(None, None)
+        sink._hold(opener, project, name, run, active_run(), dict(init_kwargs or {}), defer)
+        return sink
 
     def _start_holding(self, owned: OwnedRun | None, borrowed: RunLike | None) -> None:
         """This holder's own state, before it holds ``owned`` or ``borrowed`` (if any)."""
@@ -138,43 +169,42 @@ class TrackioSink:
         if self._owned is not None and self._owned.run is None:
             self._owned.elsewhere = opened
 
-    def _resolve(
+    def _hold(
         self,
+        opener: RunOpener,
         project: str | None,
         name: str | None,
         run: RunLike | None,
+        active: RunLike | None,
         init_kwargs: dict[str, Any],
         defer: bool,
     ) -> None:
-        if run is not None:
+        """Hold the run ``opener`` says (:func:`~otel_trackio._plan.choose_opener` decided it):
+        borrow the given or active run, or hold this package's run of ``project``/``name`` —
+        one it holds already, else one started here, or (``defer``) left to the writer
+        process."""
+        if opener is RunOpener.GIVEN:
             self._borrowed = run
             return
-        active = active_run()
-        if active is not None and matches(active, project, name):
-            with REGISTRY_LOCK:  # a run this package started here: hold it, don't borrow it
-                owned = next((o for o in OWNED.values() if o.run is active), None)
-                if owned is not None and not owned.finished:
-                    owned.holders += 1
-                    self._owned = owned
-                    return
+        if opener is RunOpener.ACTIVE:
             self._borrowed = active
             return
-        if project is None:
-            raise ValueError(
-                "otel-trackio needs a Trackio project: pass project=..., pass run=..., "
-                "or call trackio.init() before creating the exporter."
-            )
+        assert project is not None  # choose_opener refused a run with no project
         key = (project, name)
         with REGISTRY_LOCK:
-            owned = OWNED.get(key)
+            owned = None
+            if opener is RunOpener.SHARED and active is not None:
+                owned = next((o for o in OWNED.values() if o.run is active), None)
             if owned is None or owned.finished:
+                owned = OWNED.get(key)
+            if owned is None or owned.finished:  # the first holder (or the last one let go)
                 started = None if defer else start_run(project, name, init_kwargs, active)
                 owned = OwnedRun(started, key, init_kwargs)
                 OWNED[key] = owned
             owned.holders += 1
         self._owned = owned
         if not defer:
-            owned.ensure_run()  # a deferred run this process now needs: opened (joined) here
+            owned.ensure_run()  # a run its writer opened that this process now needs: joined
 
     # -- logging ----------------------------------------------------------------------------
 

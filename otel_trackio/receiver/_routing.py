@@ -31,16 +31,19 @@ from otel_trackio._codec.routes import Route
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._engine.pipeline import TracePipeline
 from otel_trackio._engine.report import RunSummary
-from otel_trackio._engine.run import RunEngine, build_run_engine, make_named_run_exist
+from otel_trackio._engine.run import RunEngine
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.warn import Warnings
+from otel_trackio._plan import Role, plan_run
 from otel_trackio._settings import TrackioSettings, split_options
 from otel_trackio._spool.decoded import DecodedEntries
 from otel_trackio._spool.drain import Drainer, leave_to_the_spool
 from otel_trackio._spool.paths import receiver_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import Producer, SpoolFull, holds_segments
 from otel_trackio._trackio.installed import trackio_dir
+from otel_trackio._trackio.runs import open_run_by_name
 from otel_trackio._trackio.store import TraceStore
+from otel_trackio._wiring import build_engine, observe
 from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable, RoutesExhausted
 from otel_trackio.receiver._in_flight import RequestsInFlight
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ROOM_IDLE_SECONDS
@@ -106,14 +109,13 @@ def _quiet(route: RunEngine) -> bool:
 
 def _route_engine(settings: TrackioSettings, store: TraceStore) -> RunEngine:
     """The run engine of one route: spans, GenAI log events and metrics of one Trackio run,
-    its Traces written by ``store``. A named run it continues is made to exist first
-    (:func:`make_named_run_exist`), so receivers that start together with one name all continue
-    that one run."""
-    if settings.resume == "allow":
-        make_named_run_exist(settings)
-    return build_run_engine(
-        settings, transport="receiver", decode_metrics=_spooled_metrics, store=store
-    )
+    its Traces written by ``store``. A named run it continues is made to exist first (the plan's
+    ``continue_by_name``), so receivers that start together with one name all continue that one
+    run."""
+    plan = plan_run(settings, observe(settings, role=Role.RECEIVER))
+    if plan.continue_by_name:
+        open_run_by_name(str(settings.project), str(settings.name))
+    return build_engine(plan, store=store, decode_metrics=_spooled_metrics)
 
 
 class Router:

@@ -621,12 +621,13 @@ def test_samples_stored_after_the_last_checkpoint_are_counted_by_the_drainer_tha
     from otel_trackio._engine.run import build_run_engine
     from otel_trackio._spool import drain
     from otel_trackio._spool.segments import Producer
+    from otel_trackio._trackio.sink import TrackioSink
     from otel_trackio.settings import TrackioSettings
 
     spool = tmp_path / "spool"
     producer = Producer(spool, 1 << 24)
     settings = TrackioSettings(project=project, name="r", sample_grace_seconds=0)
-    first_engine = build_run_engine(settings, transport="offload")
+    first_engine = build_run_engine(settings, TrackioSink(project, "r"), transport="offload")
     first = drain.Drainer(spool, lambda route: first_engine)
     if replayed != "from the last checkpoint":
         producer.append(codec.SPANS, codec.encode_sdk_spans(_orphan_child()))
@@ -655,7 +656,7 @@ def test_samples_stored_after_the_last_checkpoint_are_counted_by_the_drainer_tha
     monkeypatch.setattr(drain, "save_checkpoint", real_save)
     first._lock.release()  # killed: no close, no final checkpoint
 
-    second_engine = build_run_engine(settings, transport="offload", sink=first_engine.spans.sink)
+    second_engine = build_run_engine(settings, first_engine.spans.sink, transport="offload")
     second = drain.Drainer(spool, lambda route: second_engine)
     producer.append(codec.SPANS, codec.encode_sdk_spans(sample_spans(3, range(10))))
     while second.cycle():
@@ -697,6 +698,7 @@ def test_a_spool_entry_that_is_not_data_is_skipped_counted_and_the_drain_goes_on
     from otel_trackio._offload.protocol import decode_config
     from otel_trackio._spool.drain import Drainer
     from otel_trackio._spool.segments import Producer
+    from otel_trackio._trackio.sink import TrackioSink
     from otel_trackio.settings import TrackioSettings
 
     marker = tmp_path / "ran"
@@ -711,7 +713,9 @@ def test_a_spool_entry_that_is_not_data_is_skipped_counted_and_the_drain_goes_on
     producer.append(codec.SPANS, foreign)
     producer.append(codec.SPANS, codec.encode_sdk_spans(sample_spans(1, range(3))))
     engine = build_run_engine(
-        TrackioSettings(project=project, name="r", sample_grace_seconds=0), transport="offload"
+        TrackioSettings(project=project, name="r", sample_grace_seconds=0),
+        TrackioSink(project, "r"),
+        transport="offload",
     )
     drainer = Drainer(spool, lambda route: engine)
     with caplog.at_level(logging.WARNING, logger="otel_trackio"):

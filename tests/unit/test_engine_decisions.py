@@ -90,11 +90,12 @@ def test_only_a_pipeline_beside_the_rollout_hands_the_gil_over(project):
     """In process, conversion yields the GIL so a rollout thread waking from a model call does
     not wait for it; a writer process or the receiver has no rollout to wait."""
     from otel_trackio._engine.run import build_run_engine
+    from otel_trackio._trackio.sink import TrackioSink
     from otel_trackio.settings import TrackioSettings
 
     settings = TrackioSettings(project=project, name="gil")
     for transport, beside in (("process", True), ("offload", False), ("receiver", False)):
-        engine = build_run_engine(settings, transport=transport)
+        engine = build_run_engine(settings, TrackioSink(project, "gil"), transport=transport)
         try:
             assert engine.spans._beside_rollout is beside, transport
         finally:

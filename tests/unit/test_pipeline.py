@@ -341,7 +341,7 @@ def test_close_racing_exports_from_threads_loses_nothing_acknowledged(project, p
 
 def test_the_engine_builds_one_pipeline_over_its_sink_with_the_paths_grace(project):
     settings = TrackioSettings(project=project, name=RUN)
-    engine = build_run_engine(settings, transport="receiver")
+    engine = build_run_engine(settings, TrackioSink(project, RUN), transport="receiver")
     try:
         assert engine.spans.sink is engine.sink
         assert engine.grace.seconds == RECEIVER_GRACE_SECONDS

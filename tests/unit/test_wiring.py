@@ -1,34 +1,27 @@
-"""The wiring plan (``otel_trackio/_wiring.py``): where spans go, where the run is opened and where
-metrics go, decided once — and every way of setting otel-trackio up following it."""
+"""The builder (``otel_trackio/_wiring.py``): each plan built as it says — and every way of setting
+otel-trackio up following it. The decisions themselves: ``tests/unit/test_plan.py``."""
 
 from __future__ import annotations
 
 import json
 import logging
 
-import pytest
 from conftest import read_traces
 
 import otel_trackio
 from otel_trackio import TrackioSpanExporter, TrackioSpanProcessor
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
-from otel_trackio._wiring import in_process_store, metrics_spool, offload_enabled, plan_spans
+from otel_trackio._plan import plan_run
+from otel_trackio._wiring import build_spans, metrics_spool, observe
 from otel_trackio.autoconfigure import TrackioEnvMetricExporter, TrackioEnvSpanExporter
 from otel_trackio.metric_exporter import TrackioMetricExporter
-from otel_trackio.settings import TrackioConfigError, TrackioSettings
+from otel_trackio.settings import TrackioSettings
 
 
-def test_offload_is_on_unless_the_setting_or_the_variable_says_otherwise(monkeypatch):
-    monkeypatch.delenv("OTEL_EXPORTER_TRACKIO_OFFLOAD", raising=False)
-    assert offload_enabled(TrackioSettings()) is True
-    assert offload_enabled(TrackioSettings(offload=False)) is False
-    monkeypatch.setenv("OTEL_EXPORTER_TRACKIO_OFFLOAD", "false")
-    assert offload_enabled(TrackioSettings()) is False
-    assert offload_enabled(TrackioSettings(offload=True)) is True  # the argument wins
-    monkeypatch.setenv("OTEL_EXPORTER_TRACKIO_OFFLOAD", "sometimes")
-    with pytest.raises(TrackioConfigError, match="OTEL_EXPORTER_TRACKIO_OFFLOAD"):
-        offload_enabled(TrackioSettings())
+def plan_spans(settings, run=None):
+    """Plan, then build: what every entry point does."""
+    return build_spans(plan_run(settings, observe(settings, run=run)), run=run)
 
 
 def test_offloaded_the_writer_opens_the_run_and_metrics_follow_the_spool(project, monkeypatch):
@@ -137,5 +130,5 @@ def test_in_process_engines_share_one_store_process_which_writes_each_into_its_r
 
 
 def test_a_run_on_a_trackio_server_gets_no_store_process(project):
-    remote = TrackioSettings(project=project, server_url="http://127.0.0.1:9")
-    assert in_process_store(remote) is None
+    remote = TrackioSettings(project=project, server_url="http://127.0.0.1:9", offload=False)
+    assert plan_run(remote, observe(remote)).writes.name == "LOGGING_THREAD"
