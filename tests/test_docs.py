@@ -80,6 +80,7 @@ def test_the_layers_import_as_the_architecture_page_says():
     upward: dict[str, set[str]] = {}
     private = [
         package / "_wiring.py",
+        package / "_plan.py",
         package / "_settings.py",
         package / "_environment_variables.py",
     ] + [
