@@ -490,8 +490,18 @@ def settings_for(
     settings: TrackioSettings | None,
     options: Mapping[str, Any],
 ) -> TrackioSettings:
-    """What an exporter or ``configure()`` was asked for: ``settings`` (or the defaults), then
-    ``options`` by name (see :func:`split_options`), then ``project``/``name`` when given."""
+    """What an exporter or ``configure()`` was asked for: ``settings``, then ``options`` by name
+    (see :func:`split_options`), then ``project``/``name`` when given. Without ``settings``,
+    every ``OTEL_EXPORTER_TRACKIO_*`` variable is the default of the setting it names, as every
+    OTel exporter reads its own variables; an argument wins (and a malformed variable it
+    replaces is not read). A malformed variable raises :class:`TrackioConfigError` naming it."""
+    if settings is None:
+        given = dict(options)
+        if project is not None:
+            given["project"] = project
+        if name is not None:
+            given["name"] = name
+        return TrackioSettings.from_env(None, **given)
     chosen = split_options(options, settings)
     if project is not None:
         chosen = dataclasses.replace(chosen, project=project)

@@ -230,4 +230,5 @@ class TrackioSpanExporter(SpanExporter):
             self.stats,
             not_traced=sampler.dropped_samples if sampler is not None else None,
             max_samples_per_step=sampler.max_samples_per_step if sampler is not None else None,
+            server=self.settings.server_url or self.settings.space_id,
         )

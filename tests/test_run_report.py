@@ -57,7 +57,7 @@ def test_every_run_ends_with_one_summary_and_the_command_that_opens_it(project, 
         assert len(notes) == 1, result.stderr
         [summary] = [line for line in lines if "samples logged to" in line]
         assert summary == (
-            f"otel-trackio: 4 samples logged to {project!r} run {run!r}, steps 0-1 (2 steps); "
+            f"otel-trackio: 4 samples logged to {project!r} run {run!r}, steps 0 to 1 (2 steps); "
             "0 partial, 0 lost; 4 not traced (max_samples_per_step=2)"
         )
         [where] = [line for line in lines if "open them with" in line]
@@ -71,6 +71,28 @@ def test_every_run_ends_with_one_summary_and_the_command_that_opens_it(project, 
         assert result.stdout.count("* Trackio project initialized") == 1, result.stdout
         assert result.stdout.count("* Run finished.") == (0 if offload else 1), result.stdout
         assert len(read_traces(project, run)) == 4
+
+
+def test_a_negative_step_range_reads_as_a_range(project, trackio_dir):
+    """Steps are the user's integers: -4 and 10**15 read as "steps -4 to 1000000000000000"."""
+    script = textwrap.dedent(
+        f"""
+        import otel_trackio
+        from opentelemetry import trace
+        handle = otel_trackio.configure({project!r}, "negative")
+        tracer = trace.get_tracer("t")
+        for step in (-4, 10**15):
+            sample = {{"step": step, "sample_index": 0}}
+            with tracer.start_as_current_span("rollout", attributes=sample):
+                pass
+        handle.shutdown()
+        """
+    )
+    result = run_python(script, trackio_dir)
+    assert result.returncode == 0, result.stderr
+    [summary] = [line for line in _summary_lines(result.stderr) if "samples logged to" in line]
+    assert ", steps -4 to 1000000000000000 (2 steps); " in summary, summary
+    assert [t["step"] for t in read_traces(project, "negative")] == [-4, 10**15]
 
 
 def test_the_summary_can_be_turned_off(project, trackio_dir):

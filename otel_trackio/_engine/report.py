@@ -3,7 +3,7 @@
 Every path ends a run with the same two lines — the in-process exporter (offloading or not) at
 ``shutdown()``, the OTLP receiver when it stops::
 
-    otel-trackio: 24 samples logged to 'demo' run 'run-3', steps 0-5 (6 steps); 2 partial,
+    otel-trackio: 24 samples logged to 'demo' run 'run-3', steps 0 to 5 (6 steps); 2 partial,
     0 lost; 8 not traced (max_samples_per_step=4)
     otel-trackio: open them with: TRACKIO_DIR=/tmp/x /venv/bin/trackio show --project demo
     → Traces page, Sort "Oldest first" (partial ones: search "partial")
@@ -20,6 +20,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from otel_trackio._engine.stats import ExportStats
 
@@ -41,12 +42,30 @@ def show_command(project: str, trackio_dir: str | Path | None = None) -> str:
     return command
 
 
-def open_line(project: str, trackio_dir: str | Path | None = None) -> str:
-    """The summary's second line: the command, and where on the page to look."""
+def open_line(
+    project: str, trackio_dir: str | Path | None = None, *, server: str | None = None
+) -> str:
+    """The summary's second line: the command (or, for a run on a Trackio server, the server's
+    address), and where on the page to look."""
+    if server is not None:
+        return (
+            f"otel-trackio: open them on the Trackio server {server_address(server)}, project "
+            f'{project!r} → {WHERE_ON_THE_PAGE} (partial ones: search "partial")'
+        )
     return (
         f"otel-trackio: open them with: {show_command(project, trackio_dir)} → "
         f'{WHERE_ON_THE_PAGE} (partial ones: search "partial")'
     )
+
+
+def server_address(server: str) -> str:
+    """A Trackio server's URL (or Space id) as it may be printed: without its write token, query
+    or user part."""
+    parts = urlsplit(server)
+    if not parts.scheme or not parts.netloc:
+        return server.split("?", 1)[0]
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +78,8 @@ class RunSummary:
     not_traced: int | None = None
     """Samples a ``StepSampler`` left out (None: no sampler)."""
     max_samples_per_step: int | None = None
+    server: str | None = None
+    """The Trackio server (URL or Space id) the run logs to; None: local storage."""
 
     def lines(self, trackio_dir: str | Path | None = None) -> list[str]:
         """The two lines: what was logged, then how to open it."""
@@ -69,7 +90,7 @@ class RunSummary:
         elif stats.steps_logged == 1:
             steps = f", step {stats.first_step}"
         else:
-            steps = f", steps {stats.first_step}-{stats.last_step} ({stats.steps_logged} steps)"
+            steps = f", steps {stats.first_step} to {stats.last_step} ({stats.steps_logged} steps)"
         first = (
             f"otel-trackio: {stats.samples_logged} samples logged to {where}{steps}; "
             f"{stats.partial_samples} partial, {stats.samples_lost} lost"
@@ -80,7 +101,7 @@ class RunSummary:
             first += f"; {self.not_traced} not traced"
             if self.max_samples_per_step is not None:
                 first += f" (max_samples_per_step={self.max_samples_per_step})"
-        return [first, open_line(self.project, trackio_dir)]
+        return [first, open_line(self.project, trackio_dir, server=self.server)]
 
 
 def say(line: str) -> None:

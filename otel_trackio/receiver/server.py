@@ -395,8 +395,10 @@ class OTLPReceiver:
             if summary.project not in projects:
                 projects.append(summary.project)
         folder = trackio_dir()
+        settings = self.router.settings
+        server = settings.server_url or settings.space_id
         for project in projects:
-            self._report(open_line(project, folder))
+            self._report(open_line(project, folder, server=server))
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -125,7 +125,7 @@ def test_a_writer_killed_over_and_over_loses_nothing_and_the_summary_counts_ever
     assert _keys(read_traces(project, "killed")) == expected  # each once
     assert offload.writer_starts >= 9
     err = capfd.readouterr().err
-    assert "360 samples logged to" in err and "steps 0-8 (9 steps)" in err
+    assert "360 samples logged to" in err and "steps 0 to 8 (9 steps)" in err
 
 
 def test_set_step_reaches_samples_without_a_step_under_offload(project):

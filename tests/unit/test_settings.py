@@ -4,6 +4,7 @@ environment and the code agree, and every consumer honours the names it sets."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 from dataclasses import fields
@@ -23,6 +24,7 @@ from otel_trackio import (
     environment_variables,
     rollout,
 )
+from otel_trackio._settings import settings_for
 from otel_trackio._trackio import installed as trackio_door
 
 
@@ -210,3 +212,82 @@ def test_a_misspelt_keyword_is_refused_where_it_was_written_with_the_setting_mea
     exporter = TrackioSpanExporter(project, "r", private=True, config={"lr": 1e-4})
     assert exporter.settings.trackio_init == {"private": True, "config": {"lr": 1e-4}}
     exporter.shutdown()
+
+
+# A valid value of each variable other than its default: (the variable's text, the setting it
+# gives, an argument of another value that must win over it).
+VARIABLE_VALUES: dict[str, tuple[str, object, object]] = {
+    "project": ("env-project", "env-project", "arg-project"),
+    "name": ("env-run", "env-run", "arg-run"),
+    "group": ("env-group", "env-group", "arg-group"),
+    "server_url": ("http://127.0.0.1:9/?write_token=t", "http://127.0.0.1:9/?write_token=t", None),
+    "space_id": ("user/space", "user/space", None),
+    "resume": ("must", "must", "never"),
+    "key": ("env/traces", "env/traces", "rollout/traces"),
+    "outcome_attributes": ("score, passed", ("score", "passed"), ("reward",)),
+    "outcome_table_key": ("none", None, "rollout/outcomes"),
+    "step_attribute": ("iteration", "iteration", "step"),
+    "sample_attribute": ("rollout_index", "rollout_index", "sample_index"),
+    "sample_ttl_seconds": ("12.5", 12.5, 300.0),
+    "sample_grace_seconds": ("0.5", 0.5, None),
+    "max_buffered_spans": ("77", 77, 100_000),
+    "max_value_chars": ("999", 999, 65_536),
+    "max_span_attributes": ("5", 5, 1024),
+    "max_span_events": ("6", 6, 1024),
+    "token_decoder": ("json:dumps", json.dumps, None),
+    "token_id_attributes": ("ids=input", {"ids": "input"}, {"prompt_ids": "input"}),
+    "offload": ("false", False, True),
+    "writer_max_lag_seconds": ("3", 3.0, 30.0),
+    "shutdown_timeout_seconds": ("40", 40.0, None),
+    "spool_dir": ("/tmp/env-spool", "/tmp/env-spool", None),
+    "spool_max_mb": ("64", 64.0, 1024.0),
+    "spool_fsync": ("never", "never", "cycle"),
+    "log_distributions": ("true", True, False),
+    "histogram_stats": ("count,sum", ("count", "sum"), ("mean",)),
+    "counter_totals": ("true", True, False),
+    "max_samples_per_step": ("3", 3, None),
+    "sampling_seed": ("42", 42, 0),
+    "summary": ("false", False, True),
+    "gc_freeze": ("false", False, True),
+}
+
+
+def test_the_variable_table_covers_every_variable():
+    assert set(VARIABLE_VALUES) == set(settings_variables())
+
+
+@pytest.mark.parametrize("setting", sorted(VARIABLE_VALUES))
+def test_each_variable_is_the_default_of_its_setting_everywhere(setting, monkeypatch):
+    """``configure()``, a hand-built exporter and the receiver read a variable as zero code does:
+    the default of the setting it names; an argument wins."""
+    variable = settings_variables()[setting]
+    text, value, argument = VARIABLE_VALUES[setting]
+    for other in settings_variables().values():
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(variable, text)
+    # configure(), TrackioSpanExporter/TrackioMetricExporter/TrackioLogExporter(...): one path
+    assert getattr(settings_for(None, None, None, {}), setting) == value
+    # zero code, otel-trackio serve and drain
+    assert getattr(TrackioSettings.from_env(), setting) == value
+    # an argument wins, even over a malformed variable
+    assert getattr(settings_for(None, None, None, {setting: argument}), setting) == argument
+    monkeypatch.setenv(variable, "=not, a value=")
+    assert getattr(settings_for(None, None, None, {setting: argument}), setting) == argument
+
+
+def test_configure_takes_what_the_variables_say(project, monkeypatch, trackio_dir):
+    """The variables reach a real run: the project, the run and the key of its Traces."""
+    import otel_trackio
+    from otel_trackio import rollout
+
+    monkeypatch.setenv("OTEL_EXPORTER_TRACKIO_PROJECT", project)
+    monkeypatch.setenv("OTEL_EXPORTER_TRACKIO_RUN", "from-env")
+    monkeypatch.setenv("OTEL_EXPORTER_TRACKIO_KEY", "env/traces")
+    handle = otel_trackio.configure(logs=False, metrics=False)
+    try:
+        with rollout(0, 0):
+            pass
+    finally:
+        handle.shutdown()
+    [trace] = read_traces(project, "from-env")
+    assert trace["key"] == "env/traces"
