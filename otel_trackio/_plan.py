@@ -158,8 +158,9 @@ class RunPlan:
     """The run logs to a Trackio server or Space (the settings name one, or the run held here
     does)."""
     continue_by_name: bool
-    """The named local run is made to exist before it is opened, so processes that start
-    together with one name all continue it (the receiver's routes)."""
+    """The named local run is made to exist (findable by its name) before it is opened here, so
+    every process that opens the name — this one, other ranks, a trainer's own
+    ``trackio.init(resume="allow")`` — continues that one run."""
     metrics: MetricRoute
     """Where this run's OTel metrics go."""
     writes: TraceWrites
@@ -196,6 +197,15 @@ def spool_root(settings: TrackioSettings, trackio_dir: Path) -> Path:
     """The folder holding every spool: ``spool_dir``, else ``otel-trackio-spool`` in Trackio's
     folder ``trackio_dir``."""
     return Path(settings.spool_dir) if settings.spool_dir else trackio_dir / "otel-trackio-spool"
+
+
+def resolve_resume(settings: TrackioSettings) -> TrackioSettings:
+    """``settings`` with ``resume`` set to ``"allow"`` when unset for a named run: one project
+    and name is one Trackio run, whoever opens it first (otel-trackio in any process, a trainer's
+    own ``trackio.init(resume="allow")``). ``resume="never"`` asks for a new run of the name."""
+    if settings.resume is None and settings.name:
+        return dataclasses.replace(settings, resume="allow")
+    return settings
 
 
 def continues_by_name(settings: TrackioSettings) -> bool:
@@ -244,23 +254,23 @@ def plan_run(settings: TrackioSettings, situation: Situation) -> RunPlan:
     """The plan of one run in this process: a pure function of ``settings`` and
     ``situation``. Raises :class:`~otel_trackio.TrackioConfigError` for a malformed
     ``OTEL_EXPORTER_TRACKIO_OFFLOAD``, ``ValueError`` when nothing names a project."""
+    settings = resolve_resume(settings)
     named_server = bool(settings.server_url or settings.space_id) or situation.trackio_server
+    by_name = (
+        settings.resume == "allow" and continues_by_name(settings) and not situation.trackio_server
+    )
     if situation.role is not Role.ROLLOUT:
-        # The writer and the receiver convert here and open the run here; their Traces are
-        # written by their own store process unless the run is on a Trackio server.
+        # The writer and the receiver convert here and open the run here (the writer joins the
+        # rollout's run when it is given); their Traces are written by their own store process
+        # unless the run is on a Trackio server.
         return RunPlan(
             settings,
             situation.role,
             SpanRoute.IN_PROCESS,
             None,
-            RunOpener.HERE,
+            RunOpener.GIVEN if situation.given is not None else RunOpener.HERE,
             named_server,
-            continue_by_name=(
-                situation.role is Role.RECEIVER
-                and settings.resume == "allow"
-                and continues_by_name(settings)
-                and not situation.trackio_server
-            ),
+            continue_by_name=by_name and situation.given is None,
             metrics=MetricRoute.RUN,
             writes=TraceWrites.LOGGING_THREAD if named_server else TraceWrites.STORE_PROCESS,
             spool_root=None,
@@ -315,7 +325,7 @@ def plan_run(settings: TrackioSettings, situation: Situation) -> RunPlan:
         why_not,
         opener,
         remote,
-        continue_by_name=False,
+        continue_by_name=by_name and opener is RunOpener.HERE,
         metrics=MetricRoute.SPOOL if writer_holds_run else MetricRoute.RUN,
         writes=writes,
         spool_root=(

@@ -35,7 +35,7 @@ from otel_trackio._offload.client import (
 from otel_trackio._plan import Role, RunPlan, Situation, TraceWrites
 from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.installed import RunLike, active_run, trackio_dir
-from otel_trackio._trackio.runs import held_run, seen
+from otel_trackio._trackio.runs import held_run, open_run_by_name, seen, split_from
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.store import PROCESS_STORES, TraceStore
 
@@ -118,14 +118,7 @@ def build_spans(
     settings = plan.settings
     open_spans = open_spans if open_spans is not None else OpenSpans()
     store = process_store() if plan.writes is TraceWrites.STORE_PROCESS else None
-    sink = TrackioSink.planned(
-        plan.opener,
-        settings.project,
-        settings.name,
-        run=run,
-        init_kwargs=settings.init_kwargs,
-        defer=plan.offloaded,
-    )
+    sink = hold_run(plan, run=run)
     if plan.offloaded:
         try:
             client = OffloadClient(settings, sink, open_spans, root=plan.spool_root)
@@ -135,6 +128,28 @@ def build_spans(
         return SpanWiring(plan, sink, open_spans, client, None)
     engine = build_engine(plan, sink=sink, open_spans=open_spans, store=store)
     return SpanWiring(plan, sink, open_spans, None, engine)
+
+
+def hold_run(plan: RunPlan, *, run: RunLike | None = None) -> TrackioSink:
+    """The run ``plan`` chose, held: made findable by its name first when the plan continues
+    it by name (every process opening that name then continues this one run), then opened,
+    joined or left to the writer process as the plan says."""
+    settings = plan.settings
+    if plan.continue_by_name and settings.project and settings.name:
+        open_run_by_name(settings.project, settings.name)
+    sink = TrackioSink.planned(
+        plan.opener,
+        settings.project,
+        settings.name,
+        run=run,
+        init_kwargs=settings.init_kwargs,
+        defer=plan.offloaded,
+    )
+    if not plan.offloaded and plan.role is Role.ROLLOUT:  # (offloaded, the writer says it)
+        split = split_from(sink.run)
+        if split is not None:
+            _logger.warning("otel-trackio: %s", split)
+    return sink
 
 
 #: How long building an in-process engine waits for its store process to take writes (it
@@ -181,9 +196,7 @@ def build_engine(
                 STORE_READY_SECONDS,
             )
     if sink is None:
-        sink = TrackioSink.planned(
-            plan.opener, settings.project, settings.name, run=run, init_kwargs=settings.init_kwargs
-        )
+        sink = hold_run(plan, run=run)
     if rollout:
         open_samples = (
             FirstKnown(open_spans, OPEN_SAMPLES)

@@ -249,8 +249,9 @@ class OffloadClient:
             else None
         )
         self._start_writer()
-        if not sink.opened:
-            self._wait_until_opened()
+        # Opened here or not, the run is the writer's to make findable by its name before a
+        # trainer's own trackio.init(name, resume="allow") looks for it: wait for its report.
+        self._wait_until_opened()
 
     def _wait_until_opened(self) -> None:
         """Wait for the writer to open the run (and show what Trackio said as it did, as
@@ -258,8 +259,9 @@ class OffloadClient:
         self._wait(lambda: self._opened() is not None, OPEN_TIMEOUT_SECONDS)
         opened = self._opened()
         if isinstance(opened, OpenedReport):
+            joined = self.sink.opened  # the user saw Trackio's banner of their own run
             self.sink.opened_elsewhere(opened.run)
-            if opened.banner:
+            if opened.banner and not joined:
                 sys.stdout.write(opened.banner)
                 sys.stdout.flush()
             return

@@ -56,11 +56,12 @@ from otel_trackio._offload.protocol import (
     decode_config,
     encode_config,
 )
-from otel_trackio._plan import Role, plan_run
+from otel_trackio._plan import Role, RunPlan, RunSeen, plan_run
 from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_root
 from otel_trackio._spool.segments import is_locked, private, write_atomically
 from otel_trackio._trackio.installed import join_run, trackio_dir
+from otel_trackio._trackio.runs import make_findable, open_run_by_name, split_from
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.store import TraceStore
 from otel_trackio._wiring import build_engine, observe
@@ -68,9 +69,13 @@ from otel_trackio._wiring import build_engine, observe
 _logger = logging.getLogger("otel_trackio")
 
 
-def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
-    """Open or join the run, and say which it is (:data:`OPENED_FILE`, the config)."""
-    settings = config.settings
+def _open_run(path: Path, config: WriterConfig, plan: RunPlan) -> TrackioSink:
+    """Open or join the run as ``plan`` says, and say which it is (:data:`OPENED_FILE`, the
+    config): a named run is made findable by its name first (one name, one run); a run the
+    rollout process opened is joined by its id, and made findable by its name when nothing of it
+    is stored yet (a trainer's later ``trackio.init(name, resume="allow")`` then continues it).
+    Another run of the same name is warned about."""
+    settings = plan.settings
     init: dict[str, Any] = {**settings.init_kwargs, "auto_log_cpu": False, "auto_log_gpu": False}
     joining = config.run_id is not None
     if joining:
@@ -79,9 +84,16 @@ def _open_run(path: Path, config: WriterConfig) -> TrackioSink:
         init = dict(settings.init_kwargs)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # Trackio's banner, shown by the rollout process
+        if plan.continue_by_name and config.name:
+            open_run_by_name(config.project, config.name)
         sink = TrackioSink(config.project, config.name, init_kwargs=init)
     sys.stdout.write(printed.getvalue())
     join_run(sink.run, config.run_id)
+    if joining and make_findable(sink.run):
+        sink.flush()
+    split = split_from(sink.run)
+    if split is not None:
+        _logger.warning("otel-trackio: %s", split)
     if not joining:  # a restart joins this run rather than opening another one
         opened = dataclasses.replace(config, name=sink.run_name, run_id=sink.run_id)
         write_atomically(path / CONFIG_FILE, encode_config(opened))
@@ -228,8 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     # Started now: forked while no thread runs here (Trackio starts with the run), ready at once.
     store = TraceStore(trackio_dir())
     store.start()
+    situation = observe(settings, role=Role.WRITER)
+    if config.run_id is not None:  # the rollout process opened it: joined by its id
+        given = RunSeen(config.project, config.name or "")
+        situation = dataclasses.replace(situation, given=given)
+    plan = plan_run(settings, situation)
     try:
-        sink = _open_run(path, config)
+        sink = _open_run(path, config, plan)
     except Exception as exc:  # noqa: BLE001 - reported to the rollout process, which raises it
         store.close()
         if drainer is not None:
@@ -250,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         deprioritise()
         store.lower_priority(NICENESS)
     own = build_engine(
-        plan_run(settings, observe(settings, role=Role.WRITER)),
+        plan,
         sink=sink,
         open_samples=registry,
         open_spans=registry,

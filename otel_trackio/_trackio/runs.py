@@ -15,6 +15,8 @@ Run rules (shared by the span and the metric exporter):
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from otel_trackio._trackio.installed import (
     is_remote,
     join_run,
     module,
+    run_id,
     trackio_dir,
 )
 
@@ -192,10 +195,58 @@ def open_run_by_name(project: str, name: str) -> None:
         if name in SQLiteStorage.get_runs(project):
             return
         previous = active_run()
-        run = start_run(project, name, {"resume": "allow"}, previous)
-        run.log({}, step=0)
-        run.finish()
+        with contextlib.redirect_stdout(io.StringIO()):  # its banners would read as our run's
+            run = start_run(project, name, {"resume": "allow"}, previous)
+            run.log({}, step=0)
+            run.finish()
         forget_active_run(run)
+
+
+def make_findable(run: RunLike) -> bool:
+    """Give ``run`` (local, opened by another process and joined here by its id) an empty entry
+    at step 0 when nothing of it is stored yet, so that a ``trackio.init(name, resume="allow")``
+    anywhere (a trainer's own, another rank's) continues it instead of making a second run of
+    its name. True when the entry was logged (queued: the caller flushes it)."""
+    from trackio.sqlite_storage import SQLiteStorage
+
+    if is_remote(run):
+        return False
+    project, name = str(run.project), str(run.name)
+    stored = SQLiteStorage.get_max_step_for_run(project, name, run_id=run_id(run))
+    if stored is not None:
+        return False
+    run.log({}, step=0)
+    return True
+
+
+def runs_named(project: str, name: str) -> list[str]:
+    """The ids of the local runs of ``project`` named ``name`` that have something stored,
+    oldest first (Trackio's by-name readers show one of them)."""
+    from trackio.sqlite_storage import SQLiteStorage
+
+    return [
+        str(record.get("id"))
+        for record in SQLiteStorage.get_run_records(project)
+        if isinstance(record, dict) and record.get("name") == name and record.get("id")
+    ]
+
+
+def split_from(run: RunLike) -> str | None:
+    """What to say when ``run`` (local) is not the only run of its name in its project: Trackio's
+    pages and by-name readers then show one of them, so its Traces and another's curves look
+    apart. None when it is the only one."""
+    if is_remote(run):
+        return None
+    ours = run_id(run)
+    others = [i for i in runs_named(str(run.project), str(run.name)) if i != ours]
+    if not others:
+        return None
+    return (
+        f"project {run.project!r} has {len(others) + 1} runs named {run.name!r} (this one: "
+        f"{ours}; also {', '.join(others)}): Trackio shows one of them by that name, so spans and "
+        "curves may look apart. Give every process the same name without resume='never' (a "
+        "name is then one run), or a new name for a new run"
+    )
 
 
 def continue_run_by_name(project: str, name: str, config: Any = None) -> None:

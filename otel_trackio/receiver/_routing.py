@@ -41,7 +41,6 @@ from otel_trackio._spool.drain import Drainer, leave_to_the_spool
 from otel_trackio._spool.paths import receiver_spool, remove_spool, spool_root
 from otel_trackio._spool.segments import Producer, SpoolFull, holds_segments
 from otel_trackio._trackio.installed import trackio_dir
-from otel_trackio._trackio.runs import open_run_by_name
 from otel_trackio._trackio.store import TraceStore
 from otel_trackio._wiring import build_engine, observe
 from otel_trackio.receiver._errors import ReceiverBusy, ReceiverUnavailable, RoutesExhausted
@@ -113,8 +112,6 @@ def _route_engine(settings: TrackioSettings, store: TraceStore) -> RunEngine:
     ``continue_by_name``), so receivers that start together with one name all continue that one
     run."""
     plan = plan_run(settings, observe(settings, role=Role.RECEIVER))
-    if plan.continue_by_name:
-        open_run_by_name(str(settings.project), str(settings.name))
     return build_engine(plan, store=store, decode_metrics=_spooled_metrics)
 
 

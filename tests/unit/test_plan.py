@@ -58,6 +58,7 @@ ROWS = [
         opener=RunOpener.HERE,
         metrics=MetricRoute.RUN,
         writes=TraceWrites.STORE_PROCESS,
+        continue_by_name=True,
     ),
     Row(
         "the variable turns it off when the setting says nothing",
@@ -66,6 +67,7 @@ ROWS = [
         opener=RunOpener.HERE,
         metrics=MetricRoute.RUN,
         writes=TraceWrites.STORE_PROCESS,
+        continue_by_name=True,
     ),
     Row(
         "the argument wins over the variable",
@@ -79,6 +81,7 @@ ROWS = [
         opener=RunOpener.HERE,
         metrics=MetricRoute.RUN,
         writes=TraceWrites.STORE_PROCESS,
+        continue_by_name=True,
         why_in_process="token_decoder f is defined in __main__",
     ),
     Row(
@@ -88,6 +91,7 @@ ROWS = [
         opener=RunOpener.HERE,
         metrics=MetricRoute.RUN,
         writes=TraceWrites.STORE_PROCESS,
+        continue_by_name=True,
         why_in_process="this is an offload writer process",
     ),
     Row(
@@ -98,6 +102,7 @@ ROWS = [
         opener=RunOpener.HERE,
         metrics=MetricRoute.RUN,
         writes=TraceWrites.STORE_PROCESS,
+        continue_by_name=True,
     ),
     # -- a run already active in this process ---------------------------------------------------
     Row(
@@ -210,11 +215,46 @@ ROWS = [
         opener=RunOpener.HERE,
         metrics=MetricRoute.RUN,
         writes=TraceWrites.STORE_PROCESS,
+        continue_by_name=True,
+    ),
+    Row(
+        "the writer joining the run its rollout process opened: by its id, not by name",
+        situation={"role": Role.WRITER, "given": USER_RUN},
+        spans=SpanRoute.IN_PROCESS,
+        opener=RunOpener.GIVEN,
+        metrics=MetricRoute.RUN,
+        writes=TraceWrites.STORE_PROCESS,
+    ),
+    # -- one name, one run ---------------------------------------------------------------------
+    Row(
+        "resume='never' asks for a new run of the name: not continued",
+        settings={"resume": "never", "offload": False},
+        spans=SpanRoute.IN_PROCESS,
+        opener=RunOpener.HERE,
+        metrics=MetricRoute.RUN,
+        writes=TraceWrites.STORE_PROCESS,
+    ),
+    Row(
+        "no name: Trackio names a new run",
+        settings={"name": None, "offload": False},
+        spans=SpanRoute.IN_PROCESS,
+        opener=RunOpener.HERE,
+        metrics=MetricRoute.RUN,
+        writes=TraceWrites.STORE_PROCESS,
     ),
     Row(
         "a receiver route continuing a named run makes it exist first",
         settings={"resume": "allow"},
         situation={"role": Role.RECEIVER, "offload_variable": "not a boolean"},
+        spans=SpanRoute.IN_PROCESS,
+        opener=RunOpener.HERE,
+        metrics=MetricRoute.RUN,
+        writes=TraceWrites.STORE_PROCESS,
+        continue_by_name=True,
+    ),
+    Row(
+        "a receiver route of a named run continues it when resume is unset",
+        situation={"role": Role.RECEIVER},
         spans=SpanRoute.IN_PROCESS,
         opener=RunOpener.HERE,
         metrics=MetricRoute.RUN,
@@ -278,6 +318,10 @@ def test_each_decision_of_the_plan(row: Row):
     assert plan.spool_root == (ROOT if plan.offloaded else None)
     # offload resolved: what the writer and the next configure() compare
     assert plan.settings.offload is not None or plan.role is not Role.ROLLOUT
+    # a named run is continued unless resume says otherwise; an unnamed one is Trackio's to name
+    asked = row.settings.get("resume")
+    named = row.settings.get("name", N)
+    assert plan.settings.resume == (asked or ("allow" if named else None))
     assert planned(row) == plan  # pure: the same inputs, the same plan
 
 
