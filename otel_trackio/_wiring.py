@@ -17,8 +17,11 @@ here. The rest of the package asks the plan; it never re-derives a decision from
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,7 +38,13 @@ from otel_trackio._offload.client import (
 from otel_trackio._plan import Role, RunPlan, Situation, TraceWrites
 from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.installed import RunLike, active_run, trackio_dir
-from otel_trackio._trackio.runs import held_run, open_run_by_name, seen, split_from
+from otel_trackio._trackio.runs import (
+    held_run,
+    open_run_by_name,
+    opening_banner,
+    seen,
+    split_from,
+)
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.store import PROCESS_STORES, TraceStore
 
@@ -135,16 +144,23 @@ def hold_run(plan: RunPlan, *, run: RunLike | None = None) -> TrackioSink:
     it by name (every process opening that name then continues this one run), then opened,
     joined or left to the writer process as the plan says."""
     settings = plan.settings
-    if plan.continue_by_name and settings.project and settings.name:
-        open_run_by_name(settings.project, settings.name)
-    sink = TrackioSink.planned(
-        plan.opener,
-        settings.project,
-        settings.name,
-        run=run,
-        init_kwargs=settings.init_kwargs,
-        defer=plan.offloaded,
-    )
+    if not (plan.continue_by_name and settings.project and settings.name):
+        sink = TrackioSink.planned(
+            plan.opener,
+            settings.project,
+            settings.name,
+            run=run,
+            init_kwargs=settings.init_kwargs,
+            defer=plan.offloaded,
+        )
+    else:
+        made = open_run_by_name(settings.project, settings.name)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            sink = TrackioSink.planned(
+                plan.opener, settings.project, settings.name, init_kwargs=settings.init_kwargs
+            )
+        sys.stdout.write(opening_banner(made, printed.getvalue()))
     if not plan.offloaded and plan.role is Role.ROLLOUT:  # (offloaded, the writer says it)
         split = split_from(sink.run)
         if split is not None:

@@ -61,7 +61,12 @@ from otel_trackio._spool.drain import BACKOFF_SECONDS, Destination, Drainer
 from otel_trackio._spool.paths import remove_spool, spool_project_folder, spool_root
 from otel_trackio._spool.segments import is_locked, private, write_atomically
 from otel_trackio._trackio.installed import join_run, trackio_dir
-from otel_trackio._trackio.runs import make_findable, open_run_by_name, split_from
+from otel_trackio._trackio.runs import (
+    make_findable,
+    open_run_by_name,
+    opening_banner,
+    split_from,
+)
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.store import TraceStore
 from otel_trackio._wiring import build_engine, observe
@@ -82,12 +87,14 @@ def _open_run(path: Path, config: WriterConfig, plan: RunPlan) -> TrackioSink:
         init["resume"] = "allow"
     else:  # this process opens the run: it also logs the machine's CPU/GPU, as Trackio's default
         init = dict(settings.init_kwargs)
+    made = None
+    if plan.continue_by_name and config.name:
+        made = open_run_by_name(config.project, config.name)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # Trackio's banner, shown by the rollout process
-        if plan.continue_by_name and config.name:
-            open_run_by_name(config.project, config.name)
         sink = TrackioSink(config.project, config.name, init_kwargs=init)
-    sys.stdout.write(printed.getvalue())
+    banner = opening_banner(made, printed.getvalue())
+    sys.stdout.write(banner)
     join_run(sink.run, config.run_id)
     if joining and make_findable(sink.run):
         sink.flush()
@@ -97,7 +104,7 @@ def _open_run(path: Path, config: WriterConfig, plan: RunPlan) -> TrackioSink:
     if not joining:  # a restart joins this run rather than opening another one
         opened = dataclasses.replace(config, name=sink.run_name, run_id=sink.run_id)
         write_atomically(path / CONFIG_FILE, encode_config(opened))
-    report = {"name": sink.run_name, "id": sink.run_id, "banner": printed.getvalue()}
+    report = {"name": sink.run_name, "id": sink.run_id, "banner": banner}
     write_atomically(path / OPENED_FILE, json.dumps(report).encode())
     return sink
 

@@ -177,13 +177,17 @@ def start_run(
     return result[0]
 
 
-def open_run_by_name(project: str, name: str) -> None:
+def open_run_by_name(project: str, name: str) -> str | None:
     """Make sure the run ``project``/``name`` exists in local storage, found by its name, so
     that processes starting together each resume it (``resume="allow"``) instead of each
     creating a run of that name: Trackio finds a run by name only once something was written to
     it. One process of this machine at a time (a file lock in Trackio's folder); the first writes
     an empty log entry at step 0, the others find the run. The calling thread's active run, if
-    any, stays active."""
+    any, stays active.
+
+    Returns what Trackio printed making the run (its "Created new run" banner, without the
+    "Run finished" of the short-lived run that made it) when this call made it; None when the run
+    existed. :func:`opening_banner` puts it before what opening the run then prints."""
     import fcntl
 
     from trackio.sqlite_storage import SQLiteStorage
@@ -193,13 +197,31 @@ def open_run_by_name(project: str, name: str) -> None:
     with open(folder / f"{folder_name(project)}.otel-trackio-open.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if name in SQLiteStorage.get_runs(project):
-            return
+            return None
         previous = active_run()
-        with contextlib.redirect_stdout(io.StringIO()):  # its banners would read as our run's
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
             run = start_run(project, name, {"resume": "allow"}, previous)
             run.log({}, step=0)
             run.finish()
         forget_active_run(run)
+    return "".join(
+        line for line in printed.getvalue().splitlines(keepends=True) if "Run finished" not in line
+    )
+
+
+def opening_banner(made: str | None, printed: str) -> str:
+    """What the user is shown of opening a run: what opening it printed, after what making it
+    printed (:func:`open_run_by_name`) when it was made just now — then without Trackio's
+    "Resumed existing run", which would read as if the run were an old one."""
+    if made is None:
+        return printed
+    kept = (
+        line
+        for line in printed.splitlines(keepends=True)
+        if not line.startswith("* Resumed existing run")
+    )
+    return made + "".join(kept)
 
 
 def make_findable(run: RunLike) -> bool:
