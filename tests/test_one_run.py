@@ -92,11 +92,12 @@ def test_four_processes_configuring_one_name_at_once_log_into_one_run(project, t
     assert set(rewards) == set(by_run)  # the metrics in the same run
 
 
-TRAINER_AFTER = textwrap.dedent(
+TRAINER = textwrap.dedent(
     """
     import otel_trackio, trackio
     from otel_trackio import rollout
-    handle = otel_trackio.configure({project!r}, "trl-probe")   # the order a user writes
+    {first}
+    handle = otel_trackio.configure({project!r}, "trl-probe")
     run = trackio.init(project={project!r}, name="trl-probe", resume="allow")  # TRL's callback
     for step in range(3):
         for index in range(4):
@@ -107,31 +108,19 @@ TRAINER_AFTER = textwrap.dedent(
     handle.shutdown()
     """
 )
-
-TRAINER_BEFORE = textwrap.dedent(
-    """
-    import otel_trackio, trackio
-    from otel_trackio import rollout
-    trackio.init(project={project!r}, name="trl-probe")   # the user's own, first
-    handle = otel_trackio.configure({project!r}, "trl-probe")
-    run = trackio.init(project={project!r}, name="trl-probe", resume="allow")  # TRL's callback
-    for step in range(3):
-        for index in range(4):
-            with rollout(step, index):
-                pass
-        trackio.log({{"train/loss": 1.0 / (step + 1), "train/global_step": step + 1}})
-    trackio.finish()
-    handle.shutdown()
-    """
-)
+ORDERS = {
+    "after": "",  # configure() first: the order a user writes
+    "before": 'trackio.init(project={project!r}, name="trl-probe")  # the user\'s own, first',
+}
 
 
 def test_a_trainers_own_trackio_run_and_the_traces_are_one_run_in_either_order(
     project, trackio_dir
 ):
-    for order, script in (("after", TRAINER_AFTER), ("before", TRAINER_BEFORE)):
+    for order, first in ORDERS.items():
         name = f"{project}-{order}"
-        result = run_python(script.format(project=name), trackio_dir)
+        script = TRAINER.format(project=name, first=first.format(project=name))
+        result = run_python(script, trackio_dir)
         assert result.returncode == 0, (order, result.stderr)
         by_run = traces_by_run(trackio_dir, name)
         assert len(by_run) == 1, (order, by_run.keys())

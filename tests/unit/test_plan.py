@@ -48,25 +48,27 @@ class Row:
     continue_by_name: bool = False
 
 
+HERE = {
+    "spans": SpanRoute.IN_PROCESS,
+    "opener": RunOpener.HERE,
+    "metrics": MetricRoute.RUN,
+    "writes": TraceWrites.STORE_PROCESS,
+}
+"""Spans, run, metrics and Trackio's writes all in this process."""
+
 ROWS = [
     # -- offload: asked, the default, the variable, impossible -------------------------------
     Row("offload by default: the writer opens the run; metrics follow it through the spool"),
     Row(
         "offload=False: spans, run and metrics here; Trackio's writes in a store process",
         settings={"offload": False},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
         continue_by_name=True,
     ),
     Row(
         "the variable turns it off when the setting says nothing",
         situation={"offload_variable": "false"},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
         continue_by_name=True,
     ),
     Row(
@@ -77,20 +79,14 @@ ROWS = [
     Row(
         "settings that cannot cross to a writer: in process, and said why",
         situation={"settings_stay": "token_decoder f is defined in __main__"},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
         continue_by_name=True,
         why_in_process="token_decoder f is defined in __main__",
     ),
     Row(
         "a writer process never offloads again",
         situation={"in_writer_process": True},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
         continue_by_name=True,
         why_in_process="this is an offload writer process",
     ),
@@ -98,10 +94,7 @@ ROWS = [
         "offload=False and settings that cannot cross: nothing to warn about",
         settings={"offload": False},
         situation={"settings_stay": "not plain data"},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
         continue_by_name=True,
     ),
     # -- a run already active in this process ---------------------------------------------------
@@ -211,10 +204,7 @@ ROWS = [
     Row(
         "the writer process opens the run and writes through its store process",
         situation={"role": Role.WRITER},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
         continue_by_name=True,
     ),
     Row(
@@ -229,46 +219,31 @@ ROWS = [
     Row(
         "resume='never' asks for a new run of the name: not continued",
         settings={"resume": "never", "offload": False},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
     ),
     Row(
         "no name: Trackio names a new run",
         settings={"name": None, "offload": False},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
     ),
     Row(
         "a receiver route continuing a named run makes it exist first",
         settings={"resume": "allow"},
         situation={"role": Role.RECEIVER, "offload_variable": "not a boolean"},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
         continue_by_name=True,
     ),
     Row(
         "a receiver route of a named run continues it when resume is unset",
         situation={"role": Role.RECEIVER},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
         continue_by_name=True,
     ),
     Row(
         "a receiver route of a fresh run does not",
         settings={"resume": "never"},
         situation={"role": Role.RECEIVER},
-        spans=SpanRoute.IN_PROCESS,
-        opener=RunOpener.HERE,
-        metrics=MetricRoute.RUN,
-        writes=TraceWrites.STORE_PROCESS,
+        **HERE,
     ),
     Row(
         "a receiver route on a server: no store process, nothing made to exist locally",
