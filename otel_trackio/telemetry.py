@@ -41,6 +41,7 @@ from opentelemetry.util.types import Attributes
 from otel_trackio._engine.gc_freeze import freeze_setup, no_hold
 from otel_trackio._offload.metric_exporter import SpooledMetricExporter
 from otel_trackio._plan import MetricRoute, plan_run
+from otel_trackio._preemption import PREEMPTION_SECONDS, SigtermStore, store_on_sigterm
 from otel_trackio._settings import TrackioSettings, activate, settings_for
 from otel_trackio._trackio.installed import RunLike
 from otel_trackio._trackio.sink import TrackioSink
@@ -306,6 +307,7 @@ class TrackioTelemetry:
         self._lock = threading.Lock()
         self._closed = False
         self._thaw: Callable[[], None] = no_hold  # releases configure()'s hold of gc_freeze
+        self._sigterm: SigtermStore | None = None  # stores what was recorded on SIGTERM
         self.span_exporter = span_exporter
         self.log_exporter = log_exporter
         self.metric_exporter = metric_exporter
@@ -410,6 +412,8 @@ class TrackioTelemetry:
             if self._sampler is not None and installed.sampler.target is self._sampler:
                 installed.sampler.target = DEFAULT_ON
         finally:
+            if self._sigterm is not None:
+                self._sigterm.uninstall()
             self._sink.release()  # finishes the run only when configure() started it
             self._thaw()  # what was alive at configure() is collectable again
             with _lock:
@@ -564,6 +568,11 @@ def configure(
         _active = handle
         if chosen.gc_freeze:  # everything set up and imported: out of the collector's way
             handle._thaw = freeze_setup()
+        # Preempted (SIGTERM from Slurm, Kubernetes): what was recorded is stored first.
+        handle._sigterm = store_on_sigterm(
+            lambda seconds: handle.shutdown(int(seconds * 1000)),
+            chosen.shutdown_timeout_seconds or PREEMPTION_SECONDS,
+        )
         # Registered after trackio.init()'s own exit hook, so it runs first: everything is
         # logged before Trackio finishes the run at exit.
         atexit.register(handle.shutdown)

@@ -81,6 +81,7 @@ def test_the_layers_import_as_the_architecture_page_says():
     private = [
         package / "_wiring.py",
         package / "_plan.py",
+        package / "_preemption.py",
         package / "_settings.py",
         package / "_environment_variables.py",
     ] + [

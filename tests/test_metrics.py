@@ -7,7 +7,7 @@ import math
 
 import pytest
 import trackio
-from conftest import read_logs, read_traces
+from conftest import read_logs, read_traces, run_python
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider, UpDownCounter
 from opentelemetry.sdk.metrics.export import (
@@ -520,6 +520,32 @@ def test_shared_run_with_the_span_exporter_and_its_steps(project, tracer_provide
     assert SQLiteStorage.get_runs(project) == ["shared"]
     assert [t["step"] for t in read_traces(project, "shared")] == [7, 8]
     assert _series(project, "shared", "reward/mean") == {7: 0.5}
+
+
+STEPLESS_LOSS = """
+import otel_trackio
+from opentelemetry import metrics
+from otel_trackio import rollout
+handle = otel_trackio.configure({project!r}, "loss", offload={offload})
+loss = metrics.get_meter("train").create_gauge("loss")
+for step in range(3):
+    for index in range(2):
+        with rollout(step, index):
+            pass
+    loss.set(1.0 / (step + 1))  # after the step, without a step attribute
+handle.shutdown()
+"""
+
+
+@pytest.mark.parametrize("offload", [True, False], ids=["offload (default)", "in process"])
+def test_a_stepless_loss_set_after_each_step_lands_at_the_latest_rollout_step(
+    project, trackio_dir, offload
+):
+    """docs/metrics.md: a point without a step takes the latest rollout step known — with the
+    samples of that step still held for their GenAI log events (configure()'s default) too."""
+    result = run_python(STEPLESS_LOSS.format(project=project, offload=offload), trackio_dir)
+    assert result.returncode == 0, result.stderr
+    assert _series(project, "loss", "loss") == {2: pytest.approx(1 / 3)}
 
 
 def test_without_any_known_step_a_metrics_only_run_advances(project):

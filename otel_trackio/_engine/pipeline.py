@@ -27,6 +27,7 @@ from otel_trackio._core.assembly import SampleAssembler
 from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import OpenSampleLookup, OpenSpanSource, Sample, StepMemory
+from otel_trackio._core.values import parse_step
 from otel_trackio._engine.batches import (
     WRITE_BEHIND_PART_SPANS,
     Converter,
@@ -37,6 +38,7 @@ from otel_trackio._engine.expiry import ExpiryTimer
 from otel_trackio._engine.gate import Gate
 from otel_trackio._engine.outcome_tables import OutcomeTables
 from otel_trackio._engine.stats import ExportStats
+from otel_trackio._engine.steps import LatestStep
 from otel_trackio._engine.warn import Warnings
 from otel_trackio._engine.writes import WriteLedger
 from otel_trackio._settings import TrackioSettings
@@ -135,6 +137,8 @@ class TracePipeline:
         self.tables = self._outcomes.tables  # each step's outcome rows, until it is over
         # The steps Traces were logged at (for the summary's "steps covered").
         self._steps_logged: set[int] = set()
+        # The latest step on spans that arrived, their samples logged or still held (grace).
+        self._arrived = LatestStep()
 
     def _written(self, samples: list[Sample]) -> None:
         if self.stored_filter is not None:
@@ -153,6 +157,28 @@ class TracePipeline:
         """The steps Traces were logged at by this pipeline."""
         return frozenset(self._steps_logged)
 
+    def _note_arrived(self, spans: list[SpanRecord]) -> None:
+        attribute = self.settings.step_attribute
+        steps = [
+            step
+            for span in spans
+            if (value := span.attributes.get(attribute)) is not None
+            and (step := parse_step(value)) is not None
+        ]
+        if steps:
+            self._arrived.note(max(steps))
+
+    def latest_step(self) -> int | None:
+        """The run's latest step, for a metric point without one: the latest step its samples
+        were logged at or the producer declared, or a later one on spans that arrived and wait
+        (a sample held for its GenAI log events) — so metrics recorded after a step's spans
+        land at that step whether or not its samples were logged yet."""
+        known = self.assembler.steps.latest()
+        arrived = self._arrived.latest()
+        if known is None or (arrived is not None and arrived > known):
+            return arrived
+        return known
+
     def declare_step(self, step: int | None) -> None:
         """The producer's ``set_step``: samples without a step of their own take it."""
         self.assembler.steps.set(step)
@@ -168,6 +194,7 @@ class TracePipeline:
 
         def buffer() -> list[Sample]:
             self.stats.spans_received += len(spans)
+            self._note_arrived(spans)
             return self.assembler.add(spans)
 
         return self._take(buffer, f"{len(spans)} spans", timeout_seconds)

@@ -132,7 +132,6 @@ def build_run_engine(
     metrics = None
     if decode_metrics is not None:  # first: it holds its own share of the run
         metrics = MetricPath(settings, sink.share())
-        metrics.follow_steps(steps.latest)  # the run's latest step, its spans' and metrics'
     grace = GracePolicy.of(settings, receiver=transport == "receiver")
     pipeline = TracePipeline(
         settings,
@@ -144,6 +143,8 @@ def build_run_engine(
         beside_rollout=transport == "process",
         write_behind=store is not None,
     )
+    if metrics is not None:
+        metrics.follow_steps(pipeline.latest_step)  # the run's latest step, spans' and metrics'
     if store is not None:
         sink.write_behind_to(store)
     if log_events:
