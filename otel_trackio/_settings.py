@@ -14,8 +14,10 @@ goes to ``trackio.init``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -70,6 +72,11 @@ class _Kind:
     expected: str
     check: Callable[[Any], bool]
     parse: Callable[[str], Any]
+
+
+class SpecError(ValueError):
+    """A value read from its text, and what is wrong with it in plain words (other parse
+    failures are said with the setting's ``expected``, not in Python's wording)."""
 
 
 def _is_int(value: Any) -> bool:
@@ -157,15 +164,15 @@ def load_token_decoder(spec: str | None) -> TokenDecoder | None:
         return None
     module_name, _, attribute = spec.strip().partition(":")
     if not module_name or not attribute:
-        raise ValueError("expected 'module:function' or 'none'")
+        raise SpecError("expected 'module:function' or 'none'")
     try:
         target: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot be imported: {exc}") from exc
+        raise SpecError(f"cannot be imported: {exc}") from exc
     if not callable(target):
-        raise ValueError("is not callable")
+        raise SpecError("is not callable")
     return target  # type: ignore[no-any-return]
 
 
@@ -379,10 +386,16 @@ class TrackioSettings:
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        on_bad: Callable[[TrackioConfigError], None] | None = None,
+        **overrides: Any,
     ) -> TrackioSettings:
         """Settings from ``OTEL_EXPORTER_TRACKIO_*`` (``os.environ`` by default); keyword
-        arguments win. A malformed variable raises :class:`TrackioConfigError` naming it."""
+        arguments win. A malformed variable raises :class:`TrackioConfigError` naming it, its
+        value and what it takes; with ``on_bad``, it is handed there instead and its setting
+        keeps its default (zero code: the rest of the run goes on)."""
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in fields(cls):
@@ -393,14 +406,23 @@ class TrackioSettings:
             if raw is None or not raw.strip():
                 continue
             kind: _Kind = f.metadata["kind"]
+            bad: TrackioConfigError | None = None
             try:
                 value = kind.parse(raw.strip())
-            except ValueError as exc:
-                detail = str(exc) or kind.expected
-                raise TrackioConfigError(f"{variable}={raw!r}: {detail}") from None
-            if not kind.check(value):
-                raise TrackioConfigError(f"{variable}={raw!r}: {kind.expected}")
-            values[f.name] = value
+            except SpecError as exc:
+                bad = TrackioConfigError(f"{variable}={raw!r}: {exc}")
+            except ValueError:
+                bad = TrackioConfigError(f"{variable}={raw!r}: {kind.expected}")
+            else:
+                if not kind.check(value):
+                    bad = TrackioConfigError(f"{variable}={raw!r}: {kind.expected}")
+            if bad is None:
+                values[f.name] = value
+            elif on_bad is None:
+                raise bad
+            else:
+                on_bad(bad)
+        _say_unknown_variables(environ)
         return split_options({**values, **overrides})
 
     def with_options(self, **options: Any) -> TrackioSettings:
@@ -422,6 +444,27 @@ class TrackioSettings:
 
 
 SETTING_NAMES: frozenset[str] = frozenset(f.name for f in fields(TrackioSettings))
+
+
+_VARIABLE_PREFIX = "OTEL_EXPORTER_TRACKIO_"
+_unknown_said: set[str] = set()
+
+
+def _say_unknown_variables(environ: Mapping[str, str]) -> None:
+    """Warn once per name about an ``OTEL_EXPORTER_TRACKIO_*`` variable no setting reads (a
+    misspelt one would otherwise be ignored in silence), with the closest real name."""
+    known = {f.metadata["env"] for f in fields(TrackioSettings) if f.metadata.get("env")}
+    for name in environ:
+        if not name.startswith(_VARIABLE_PREFIX) or name in known or name in _unknown_said:
+            continue
+        _unknown_said.add(name)
+        suffixes = sorted(k.removeprefix(_VARIABLE_PREFIX) for k in known)
+        close = difflib.get_close_matches(name.removeprefix(_VARIABLE_PREFIX), suffixes, n=1)
+        logging.getLogger("otel_trackio").warning(
+            "otel-trackio: %s is no otel-trackio setting and is ignored%s",
+            name,
+            f" (did you mean {_VARIABLE_PREFIX}{close[0]}?)" if close else "",
+        )
 
 
 def split_options(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -67,14 +67,19 @@ __all__ = [
 
 
 def settings_from_env(
-    environ: Mapping[str, str] | None = None, *, require_project: bool = True, **overrides: Any
+    environ: Mapping[str, str] | None = None,
+    *,
+    require_project: bool = True,
+    on_bad: Callable[[TrackioConfigError], None] | None = None,
+    **overrides: Any,
 ) -> TrackioSettings:
     """:class:`TrackioSettings` from ``OTEL_EXPORTER_TRACKIO_*``, keyword arguments winning.
 
-    Raises :class:`TrackioConfigError` naming the variable that is malformed, or naming
-    ``OTEL_EXPORTER_TRACKIO_PROJECT`` when it is unset and ``require_project`` is true.
+    Raises :class:`TrackioConfigError` naming the variable that is malformed (unless ``on_bad``
+    takes it: that setting then keeps its default), or naming ``OTEL_EXPORTER_TRACKIO_PROJECT``
+    when it is unset and ``require_project`` is true.
     """
-    settings = TrackioSettings.from_env(environ, **overrides)
+    settings = TrackioSettings.from_env(environ, on_bad=on_bad, **overrides)
     # on unless told not to
     settings = resolve_offload(settings, os.environ.get(OTEL_EXPORTER_TRACKIO_OFFLOAD, ""))
     if require_project and settings.project is None:
@@ -257,10 +262,21 @@ def _env_settings(overrides: Mapping[str, Any], *, has_run: bool) -> TrackioSett
     after reporting a configuration error once."""
     try:
         needs_project = overrides.get("project") is None and not has_run
-        return settings_from_env(require_project=needs_project, **overrides)
+        return settings_from_env(
+            require_project=needs_project, on_bad=_report_default_kept, **overrides
+        )
     except TrackioConfigError as exc:
         _report_config_error(exc)
         return None
+
+
+def _report_default_kept(exc: TrackioConfigError) -> None:
+    """A malformed variable under zero code: said once; its setting keeps its default and the
+    run goes on (only a missing project stops it: there is no project to guess)."""
+    message = f"otel-trackio: {exc}; its default is used instead"
+    if message not in _reported:  # the span and the metric exporter read the same variables
+        _reported.add(message)
+        _logger.error("%s", message)
 
 
 def _report_config_error(exc: TrackioConfigError) -> None:

@@ -26,7 +26,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 
-from otel_trackio._core.values import MAX_ITEMS, MAX_STRING_CHARS, json_safe, json_text
+from otel_trackio._core.values import MAX_ITEMS, MAX_STRING_CHARS, json_safe, json_text, parse_step
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
 from otel_trackio._settings import active_settings
 
@@ -168,6 +168,11 @@ def rollout(
     identity. The step and sample attributes are named as the latest exporter or
     ``configure()`` of this process says (``step_attribute``, ``sample_attribute``).
     """
+    if isinstance(step, bool) or parse_step(_attribute_value(step)) is None:
+        raise ValueError(
+            f"rollout(step={step!r}): a step is a whole number (an int, or a string of one), "
+            "the Trackio step the sample is logged at"
+        )
     names = active_settings()
     attrs: dict[str, Any] = {names.step_attribute: step, names.sample_attribute: sample_index}
     if rollout_n is not None:

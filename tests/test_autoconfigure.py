@@ -179,6 +179,43 @@ def test_missing_project_is_one_clear_error_and_the_app_still_runs(tmp_path, tra
     ]
 
 
+def test_a_malformed_value_under_zero_code_keeps_the_run_and_says_it_in_plain_words(
+    tmp_path, trackio_dir, project
+):
+    """One line naming the variable, its value and what it takes; that setting keeps its
+    default, and the run is traced all the same."""
+    env = {
+        "OTEL_EXPORTER_TRACKIO_PROJECT": project,
+        "OTEL_EXPORTER_TRACKIO_RUN": "kept",
+        "OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP": "two",
+    }
+    result = _instrument(tmp_path, trackio_dir, env)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "MAX_SAMPLES_PER_STEP" in line]
+    assert said == [
+        "otel-trackio: OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP='two': expected an integer "
+        ">= 0, or None; its default is used instead"
+    ]
+    assert "invalid literal" not in result.stderr
+    assert len(read_traces(project, "kept")) == 8  # nothing dropped (and no sampler)
+
+
+def test_configure_says_a_malformed_variable_as_zero_code_does(monkeypatch, project):
+    import otel_trackio
+
+    for name, value, expected in [
+        ("OFFLOAD", "flase", "expected a boolean (true/false), or None"),
+        ("MAX_SAMPLES_PER_STEP", "two", "expected an integer >= 0, or None"),
+        ("SPOOL_FSYNC", "cycel", "expected request, cycle or never"),
+        ("RESUME", "alow", "expected never, allow or must"),
+    ]:
+        monkeypatch.setenv(f"OTEL_EXPORTER_TRACKIO_{name}", value)
+        with pytest.raises(TrackioConfigError) as caught:
+            otel_trackio.configure(project, "bad")
+        assert str(caught.value) == f"OTEL_EXPORTER_TRACKIO_{name}={value!r}: {expected}"
+        monkeypatch.delenv(f"OTEL_EXPORTER_TRACKIO_{name}")
+
+
 # -- the environment reader, in process ------------------------------------------------------
 
 

@@ -511,3 +511,14 @@ def test_verl_style_example_runs_and_decodes_tokens(tmp_path):
     )
     keys = {k for row in json.loads(out.stdout) for k in row}
     assert {"reward/mean", "reward/max", "response_length/mean", "tokens/type=output"} <= keys
+
+
+@pytest.mark.parametrize("step", ["step-2", 2.5, True, None, [1]])
+def test_a_bad_step_is_refused_where_rollout_is_called(step, project):
+    """Said at the call, naming the value, rather than found at export (nothing is started)."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with pytest.raises(ValueError, match=r"rollout\(step=.*a step is a whole number"):
+        rollout(step, 0, tracer_provider=provider)
+    assert memory.get_finished_spans() == ()

@@ -199,6 +199,38 @@ def test_zero_code_finishes_the_run_once_and_ends_with_the_summary(project, trac
     assert len(read_traces(project, "zero")) == 3
 
 
+def test_zero_code_says_when_no_sample_carried_a_step(project, trackio_dir, tmp_path):
+    """An agent run traced with zero code and no span carrying ``step``: every sample lands at
+    step 0, and the summary says so with the fix; one sample with a step is enough to be quiet."""
+    app = textwrap.dedent(
+        """
+        from opentelemetry import trace
+        tracer = trace.get_tracer("agent")
+        for i in range(3):
+            attributes = {ATTRIBUTES} if i == 0 else {{}}
+            with tracer.start_as_current_span("agent run", attributes=attributes):
+                with tracer.start_as_current_span("chat"):
+                    pass
+        """
+    )
+    env = {"TRACKIO_DIR": trackio_dir, "OTEL_EXPORTER_TRACKIO_PROJECT": project}
+    for run, attributes in (("no-step", "{}"), ("one-step", '{"step": 4}')):
+        folder = tmp_path / run
+        folder.mkdir()
+        script = app.replace("{ATTRIBUTES}", attributes).replace("{{}}", "{}")
+        result = _instrument(folder, script, **env, OTEL_EXPORTER_TRACKIO_RUN=run)
+        assert result.returncode == 0, result.stderr
+        said = [line for line in _summary_lines(result.stderr) if "carried a step" in line]
+        if run == "one-step":
+            assert said == []
+            continue
+        assert len(said) == 1 and said[0].startswith(
+            "otel-trackio: none of the 3 samples carried a step"
+        )
+        assert "rollout(step, i)" in said[0] and "docs/wiring.md#zero-code" in said[0]
+        assert {t["step"] for t in read_traces(project, run)} == {0}
+
+
 def test_show_command_names_the_folder_written_to(tmp_path):
     command = show_command("my project", tmp_path)
     assert command.startswith(f"TRACKIO_DIR={tmp_path} ")

@@ -39,6 +39,8 @@ class SampleIdentity:
     validate: Any = None
     partial_reason: PartialReason | None = None
     unusable_step: Any = None
+    stepless: bool = False
+    """Neither the sample nor an ancestor carried a step: ``step`` is the latest one seen, or 0."""
 
     @property
     def partial(self) -> bool:

@@ -82,7 +82,8 @@ class RunSummary:
     """The Trackio server (URL or Space id) the run logs to; None: local storage."""
 
     def lines(self, trackio_dir: str | Path | None = None) -> list[str]:
-        """The two lines: what was logged, then how to open it."""
+        """The two lines: what was logged, then how to open it; a third when no sample carried
+        a step (all of them then sit at one guessed step)."""
         stats = self.stats
         where = f"{self.project!r}" + (f" run {self.run!r}" if self.run else "")
         if stats.steps_logged == 0:
@@ -101,7 +102,15 @@ class RunSummary:
             first += f"; {self.not_traced} not traced"
             if self.max_samples_per_step is not None:
                 first += f" (max_samples_per_step={self.max_samples_per_step})"
-        return [first, open_line(self.project, trackio_dir, server=self.server)]
+        lines = [first, open_line(self.project, trackio_dir, server=self.server)]
+        if stats.samples_logged and stats.samples_without_step == stats.samples_logged:
+            lines.append(
+                f"otel-trackio: none of the {stats.samples_logged} samples carried a step, so they "
+                "are all at one step: put step and sample_index on each sample's root span "
+                "(rollout(step, i) does; under zero code, one span with them around each run, "
+                "see docs/wiring.md#zero-code)"
+            )
+        return lines
 
 
 def say(line: str) -> None:

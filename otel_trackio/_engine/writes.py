@@ -184,6 +184,7 @@ class WriteLedger:
         """Count samples storage now holds as logged."""
         self._stats.samples_logged += len(written)
         self._stats.partial_samples += sum(1 for u in written if u.sample.identity.partial)
+        self._stats.samples_without_step += sum(1 for u in written if u.sample.identity.stepless)
         self._written([kept.sample for kept in written])
 
     def _flush_sink(self, timeout_seconds: float) -> tuple[bool, str]:

@@ -391,7 +391,9 @@ class OTLPReceiver:
             return
         projects: list[str] = []
         for summary in summaries:
-            self._report(summary.lines()[0])
+            said, _, *more = summary.lines()
+            for line in (said, *more):  # how to open them: once per project, below
+                self._report(line)
             if summary.project not in projects:
                 projects.append(summary.project)
         folder = trackio_dir()

@@ -291,3 +291,21 @@ def test_configure_takes_what_the_variables_say(project, monkeypatch, trackio_di
         handle.shutdown()
     [trace] = read_traces(project, "from-env")
     assert trace["key"] == "env/traces"
+
+
+def test_a_misspelt_variable_is_said_once_with_the_real_name(monkeypatch, caplog):
+    from otel_trackio import _settings
+
+    monkeypatch.setattr(_settings, "_unknown_said", set())
+    monkeypatch.setenv("OTEL_EXPORTER_TRACKIO_SAMPLES_PER_STEP", "4")
+    monkeypatch.setenv("OTEL_EXPORTER_TRACKIO_ZZZ", "1")
+    with caplog.at_level(logging.WARNING, logger="otel_trackio"):
+        settings = settings_for(None, None, None, {})  # configure() and the exporters
+        TrackioSettings.from_env()  # zero code, serve: said once per name all the same
+    said = [m for r in caplog.records if "is no otel-trackio setting" in (m := r.getMessage())]
+    assert said == [
+        "otel-trackio: OTEL_EXPORTER_TRACKIO_SAMPLES_PER_STEP is no otel-trackio setting and is "
+        "ignored (did you mean OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP?)",
+        "otel-trackio: OTEL_EXPORTER_TRACKIO_ZZZ is no otel-trackio setting and is ignored",
+    ]
+    assert settings.max_samples_per_step is None

@@ -50,7 +50,8 @@ class Identifier:
         own_step = tag(self.step_attribute)
         step = resolve_step(own_step, ancestor_step, self.steps.latest())
         usable = parse_step(own_step) is not None
-        if usable or parse_step(ancestor_step) is not None:
+        found = usable or parse_step(ancestor_step) is not None
+        if found:
             self.steps.note(step)
         return SampleIdentity(
             trace_id=spans[0].trace_id if spans else 0,
@@ -61,4 +62,5 @@ class Identifier:
             validate=tag(VALIDATE_ATTRIBUTE),
             partial_reason=reason,
             unusable_step=None if usable or own_step is None else own_step,
+            stepless=not found and own_step is None,
         )
