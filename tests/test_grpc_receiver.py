@@ -417,3 +417,44 @@ def test_a_receiver_that_received_nothing_says_where_to_point_the_exporters(proj
     receiver.stop()
     (line,) = [line for line in said if "nothing arrived" in line]
     assert receiver.url in line and f"{receiver.grpc_endpoint} (gRPC)" in line
+
+
+@pytest.mark.parametrize("busy", ["--grpc-port", "--port"])
+def test_a_busy_port_is_said_before_any_run_is_opened(project, trackio_dir, busy):
+    """``otel-trackio serve`` with a port another program holds: exit 2, one line naming the port,
+    the protocol and the flags that help; no run made, no gRPC C-core line."""
+    import socket
+    import subprocess
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = str(holder.getsockname()[1])
+        other = "--port" if busy == "--grpc-port" else "--grpc-port"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "otel_trackio",
+                "serve",
+                "--project",
+                project,
+                "--name",
+                "busy-port",
+                busy,
+                taken,
+                other,
+                "0",
+            ],
+            env={**os.environ, "TRACKIO_DIR": trackio_dir},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    door = "OTLP/gRPC" if busy == "--grpc-port" else "OTLP/HTTP"
+    assert done.stderr.splitlines() == [
+        f"otel-trackio serve: cannot listen on 127.0.0.1:{taken} for {door}: Address already in "
+        f"use (another program has it: {busy} 0 picks a free port, {busy} off turns {door} off)"
+    ], done.stderr
+    assert not (Path(trackio_dir) / f"{project}.db").exists()  # no run was opened

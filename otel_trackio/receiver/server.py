@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import threading
@@ -121,7 +123,15 @@ class OTLPReceiver:
         self._report = report or (lambda line: _logger.info("%s", line))
         if port is None and grpc_port is None:
             raise ValueError("the receiver needs a port: OTLP/HTTP, OTLP/gRPC or both")
-        self._socket = _bind(host, port) if port is not None else None
+        # Both ports first: a busy one is said before any run is opened.
+        self._socket = _bind(host, port, "OTLP/HTTP", "--port") if port is not None else None
+        if grpc_port:  # (0 picks a free one: nothing to check)
+            try:
+                _bind(host, grpc_port, "OTLP/gRPC", "--grpc-port").close()
+            except OSError:
+                if self._socket is not None:
+                    self._socket.close()
+                raise
         self.port: int | None = self._socket.getsockname()[1] if self._socket else None
         self._grpc: GrpcListener | None = None
         try:
@@ -403,8 +413,9 @@ class OTLPReceiver:
             self._report(open_line(project, folder, server=server))
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """A listening socket on (host, port); port 0 picks a free one."""
+def _bind(host: str, port: int, door: str = "", flag: str = "") -> socket.socket:
+    """A listening socket on (host, port); port 0 picks a free one. A port that cannot be had
+    is said with the ``door`` it is for and the ``flag`` that chooses another."""
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     try:
         infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
@@ -414,6 +425,15 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         sock = socket.create_server((host.strip("[]"), port), family=family, backlog=2048)
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        said = f"cannot listen on {host}:{port}"
+        if door:
+            said += f" for {door}"
+        said += f": {os.strerror(exc.errno) if exc.errno else exc}"
+        if door and exc.errno == errno.EADDRINUSE:
+            said += f" (another program has it: {flag} 0 picks a free port, {flag} off turns "
+            said += f"{door} off)"
+        refused = OSError(said)
+        refused.errno = exc.errno
+        raise refused from exc
     sock.set_inheritable(True)
     return sock
