@@ -199,13 +199,12 @@ def trace_usage(trace: dict) -> dict[str, int]:
 
 
 def stored(trace: dict) -> list[dict[str, Any]]:
-    """A Trace's conversation without the one-line preview a tool-call turn gets as content."""
-    return [
-        {**m, "content": ""}
-        if m.get("tool_calls") and str(m.get("content")).startswith("[tool call] ")
-        else m
-        for m in trace["messages"]
-    ]
+    """A Trace's conversation, checked to hold only what was sent: no text written into a
+    tool-call turn (people replay these messages as training data)."""
+    for message in trace["messages"]:
+        content = message.get("content")
+        assert not (isinstance(content, str) and content.startswith("[tool call] ")), message
+    return trace["messages"]
 
 
 def root_span_id(trace: dict) -> str | None:

@@ -164,7 +164,7 @@ def test_per_message_events_and_choice(project):
         {"role": "user", "content": "2+2?"},
         {
             "role": "assistant",
-            "content": '[tool call] calc({"e":"2+2"})',
+            "content": "",
             "tool_calls": [
                 {
                     "id": "c1",

@@ -109,7 +109,7 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     if not messages and root is not None:
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
-    messages = [limit(_show_tool_calls(m), settings.max_value_chars) for m in messages]
+    messages = [limit(m, settings.max_value_chars) for m in messages]
     if root is not None:
         _show_prompt_and_answer(span_dicts[spans.index(root)], messages)
     for span_dict in span_dicts:  # the OTel trace id, for joins, where the tree starts
@@ -174,26 +174,6 @@ def bare_trace(sample: Sample, error: str) -> TraceDict:
             },
         }
     )
-
-
-def _show_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
-    """Give an assistant turn that only calls tools a one-line text of its calls.
-
-    Trackio's trace table previews the first assistant message's ``content``; in an agent that
-    is usually a tool-call turn with no text, shown as "(no assistant response)" on every row.
-    The ``tool_calls`` themselves are kept unchanged.
-    """
-    calls = message.get("tool_calls")
-    if message.get("role") != "assistant" or not calls or message.get("content"):
-        return message
-    rendered = []
-    for call in calls:
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict):
-            rendered.append(f"{function.get('name', '')}({function.get('arguments', '')})")
-    if not rendered:
-        return message
-    return {**message, "content": "[tool call] " + "; ".join(rendered)}
 
 
 def _show_prompt_and_answer(root: dict[str, Any], messages: list[dict[str, Any]]) -> None:

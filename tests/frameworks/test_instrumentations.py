@@ -66,12 +66,8 @@ EXPECTED_MESSAGES = [
     {"role": "tool", "tool_call_id": "call_1", "content": "4"},
     {"role": "assistant", "content": "answer to: 4"},
 ]
-# In the Trace's conversation a tool-call-only turn gets a readable content for the table preview.
-EXPECTED_CONVERSATION = [
-    *EXPECTED_MESSAGES[:2],
-    {**EXPECTED_MESSAGES[2], "content": f"[tool call] calculator({ARGUMENTS})"},
-    *EXPECTED_MESSAGES[3:],
-]
+# The Trace's conversation: the messages as they were sent (nothing written into a tool-call turn).
+EXPECTED_CONVERSATION = EXPECTED_MESSAGES
 
 
 def _openai_v2() -> Any:

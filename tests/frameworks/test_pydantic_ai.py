@@ -91,9 +91,6 @@ def openai_messages(history: list[ModelMessage]) -> list[dict[str, Any]]:
             text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
             turn: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:
-                turn["content"] = "[tool call] " + "; ".join(
-                    f"{c.tool_name}({json.dumps(c.args)})" for c in calls
-                )
                 turn["tool_calls"] = [
                     {
                         "id": c.tool_call_id,
