@@ -232,6 +232,18 @@ SERVE += ["--port", "0", "--grpc-port", "0"]
 """``otel-trackio serve`` on free ports (both protocols), quiet; add ``--project`` and the rest."""
 
 
+def wait_for_file(path: Path, process: Any, seconds: float = 120.0) -> None:
+    """Wait until ``process`` (a ``Popen`` signalling through files) has made ``path``; fail
+    if it exits or takes longer than ``seconds``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} not made in {seconds:.0f} s"
+        time.sleep(0.05)
+
+
 def run_python(script: str, trackio_dir: str, **env: str):
     """Run ``python -c script`` from the repository with ``TRACKIO_DIR`` (and ``env``); the
     completed process, its output captured as text."""

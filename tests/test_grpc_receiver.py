@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import JS, npm_ci, read_logs, read_traces, wait_until
+from conftest import JS, SERVE, npm_ci, read_logs, read_traces, wait_until
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -433,10 +433,7 @@ def test_a_busy_port_is_said_before_any_run_is_opened(project, trackio_dir, busy
         other = "--port" if busy == "--grpc-port" else "--grpc-port"
         done = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "otel_trackio",
-                "serve",
+                *SERVE[:4],  # python -m otel_trackio serve
                 "--project",
                 project,
                 "--name",

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_for_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,11 +70,7 @@ def test_a_rollout_stopped_mid_step_keeps_what_it_recorded(project, trackio_dir,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 120
-    while not (signals / "step-0").exists():
-        assert rollout.poll() is None, rollout.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for_file(signals / "step-0", rollout)
     time.sleep(1.6)  # as in the report: 1.6 s after step 0 finished
     writer = int((signals / "writer").read_text())
     sent = signal.SIGINT if how == "SIGINT" else signal.SIGTERM

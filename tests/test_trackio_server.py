@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_for_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "otel-trackio-test-token"
@@ -140,11 +141,7 @@ def test_the_server_variable_alone_sends_the_run_to_a_server_that_may_restart(
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 120
-    while not (signals / "step-0").exists():
-        assert rollout.poll() is None, rollout.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for_file(signals / "step-0", rollout)
     trackio_server.stop()  # killed mid-run
     (signals / "go").touch()
     time.sleep(3)
