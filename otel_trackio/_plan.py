@@ -28,8 +28,11 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from otel_trackio._environment_variables import OTEL_EXPORTER_TRACKIO_OFFLOAD
-from otel_trackio._settings import TrackioSettings
+from otel_trackio._environment_variables import (
+    OTEL_EXPORTER_TRACKIO_OFFLOAD,
+    OTEL_EXPORTER_TRACKIO_PROJECT,
+)
+from otel_trackio._settings import TrackioConfigError, TrackioSettings
 
 
 class Role(Enum):
@@ -229,15 +232,16 @@ def choose_opener(
     """Who opens the run asked for as ``project``/``name``: the run given; else the active run
     when it matches (the project, and the name if one is asked; any when no project is asked);
     else one this package holds here for that key; else the writer process (``deferred``) or
-    this one. Raises ``ValueError`` when nothing names a project."""
+    this one. Raises :class:`~otel_trackio.TrackioConfigError` (a ``ValueError``) naming
+    ``OTEL_EXPORTER_TRACKIO_PROJECT`` when nothing names a project."""
     if given is not None:
         return RunOpener.GIVEN
     if active is not None and _matches(active, project, name):
         return RunOpener.SHARED if active.ours else RunOpener.ACTIVE
     if project is None:
-        raise ValueError(
-            "otel-trackio needs a Trackio project: pass project=..., pass run=..., "
-            "or call trackio.init() before creating the exporter."
+        raise TrackioConfigError(
+            "otel-trackio needs a Trackio project: pass project=..., set "
+            f"{OTEL_EXPORTER_TRACKIO_PROJECT}, pass run=..., or call trackio.init() first"
         )
     if held is not None:
         return RunOpener.SHARED
@@ -253,7 +257,7 @@ def _matches(run: RunSeen, project: str | None, name: str | None) -> bool:
 def plan_run(settings: TrackioSettings, situation: Situation) -> RunPlan:
     """The plan of one run in this process: a pure function of ``settings`` and
     ``situation``. Raises :class:`~otel_trackio.TrackioConfigError` for a malformed
-    ``OTEL_EXPORTER_TRACKIO_OFFLOAD``, ``ValueError`` when nothing names a project."""
+    ``OTEL_EXPORTER_TRACKIO_OFFLOAD``, or when nothing names a project."""
     settings = resolve_resume(settings)
     named_server = bool(settings.server_url or settings.space_id) or situation.trackio_server
     by_name = (

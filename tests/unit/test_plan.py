@@ -306,7 +306,7 @@ def test_a_malformed_offload_variable_is_refused_by_name():
 
 
 def test_no_project_and_no_run_is_refused():
-    with pytest.raises(ValueError, match="needs a Trackio project"):
+    with pytest.raises(TrackioConfigError, match="set OTEL_EXPORTER_TRACKIO_PROJECT"):
         plan_run(TrackioSettings(), Situation())
 
 
