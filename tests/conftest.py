@@ -182,11 +182,25 @@ def trackio_dir_path() -> Path:
     return Path(_TRACKIO_DIR)
 
 
+def _sample_order(index: Any) -> tuple[int, Any]:
+    return (0, index) if isinstance(index, int) else (1, str(index))
+
+
 def read_traces(project: str, run: str | None = None) -> list[dict]:
     """Every Trace stored for a project (of one run, or of all its runs), oldest first."""
     runs = [run] if run is not None else SQLiteStorage.get_runs(project)
     traces = [t for name in runs for t in SQLiteStorage.get_traces(project, name)]
-    return sorted(traces, key=lambda t: (t["step"], t["timestamp"], t["index"]))
+    # Two log calls stored in one write share a timestamp and an index (each its list's first):
+    # then sample order, which is what those calls logged.
+    return sorted(
+        traces,
+        key=lambda t: (
+            t["step"],
+            t["timestamp"],
+            t["index"],
+            _sample_order(t["metadata"].get("sample_index")),
+        ),
+    )
 
 
 def trace_usage(trace: dict) -> dict[str, int]:

@@ -226,6 +226,9 @@ class TraceStore:
         """The store process, started now when it is not running (lock held)."""
         if self._process is not None and self._process.poll() is None:
             return self._process
+        if self._process is not None and not self._ready.is_set():
+            # It ended before it took writes (its reader may not have said so yet): not again.
+            self._give_up(f"it ended before it could write (exit {self._process.poll()})")
         if self._given_up:
             return None
         process: subprocess.Popen[bytes] | _Forked
@@ -275,7 +278,10 @@ class TraceStore:
             self._answered.notify_all()
 
     def _give_up(self, why: str) -> None:
-        """Start no store process again (lock held): its writes stay on the caller's thread."""
+        """Start no store process again (lock held): its writes stay on the caller's thread.
+        Said once."""
+        if self._given_up:
+            return
         self._given_up = True
         _logger.warning(
             "otel-trackio: the Trackio store process cannot start (%s); Trackio's writes stay "
