@@ -70,7 +70,6 @@ from opentelemetry.trace import Span, Status, StatusCode
 from otel_trackio._core.conventions import chat_markup
 from otel_trackio._core.conventions.tokens import DECODED_TEXT_ATTRIBUTES, token_ids
 from otel_trackio._core.values import json_safe, json_text
-from otel_trackio._plan import continues_by_name
 from otel_trackio._settings import TrackioSettings
 from otel_trackio.instrument import rollout
 from otel_trackio.sampling import step_sampler
@@ -249,10 +248,8 @@ def _exporter(settings: TrackioSettings) -> SpanExporter:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         return OTLPSpanExporter()
-    if continues_by_name(settings):  # every worker then resumes it
-        from otel_trackio._trackio.runs import open_run_by_name
-
-        open_run_by_name(str(settings.project), str(settings.name))
+    # A named run is continued by name (the plan's continue_by_name): the writer of every worker
+    # makes it exist first, so all of them resume it.
     return TrackioSpanExporter(settings=settings.with_options(resume=settings.resume or "allow"))
 
 
