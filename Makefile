@@ -35,6 +35,13 @@ VERL_ENV := $(VENV)/verl-env
 VERL_STAMP := $(VERL_ENV)/.installed
 VERL_PACKAGES := torch==2.13.0 verl==0.9.1 cachetools fastapi opentelemetry-exporter-otlp-proto-http
 
+# The real TRL 1.16 (transformers 5.25) on CPU torch 2.13.0, with otel-trackio from this checkout:
+# tests/frameworks/test_trl.py runs examples/trl_grpo.py there (GRPO with TRL's own Trackio
+# logging, one and two processes); only `make test-packages` makes it.
+TRL_ENV := $(VENV)/trl-env
+TRL_STAMP := $(TRL_ENV)/.installed
+TRL_PACKAGES := torch==2.13.0 trl==1.16.0 transformers==5.25.0 accelerate==1.16.0 datasets
+
 .PHONY: venv demo test test-packages lint bench clean
 
 $(PY):
@@ -57,6 +64,11 @@ $(VERL_STAMP): pyproject.toml Makefile | $(PY)
 	$(VERL_ENV)/bin/python -m pip install --quiet -e . $(VERL_PACKAGES)
 	touch $@
 
+$(TRL_STAMP): pyproject.toml Makefile | $(PY)
+	$(PYTHON) -m venv $(TRL_ENV)
+	$(TRL_ENV)/bin/python -m pip install --quiet -e . $(TRL_PACKAGES)
+	touch $@
+
 $(STACKS_STAMP): pyproject.toml Makefile | $(PY)
 	$(PYTHON) -m venv $(STACKS_ENV)
 	$(STACKS_ENV)/bin/python -m pip install --quiet -e . $(STACKS_PACKAGES)
@@ -73,8 +85,8 @@ test: $(TEST_STAMP)
 	$(PY) -m pytest -q -m "not real_packages"
 
 # The suites that drive third-party packages whole (agent frameworks, Ray, verl, MLflow, the AI
-# SDK on Node, Chromium, Google ADK, Agent Framework): slower, and CI runs them after `make test`.
-test-packages: $(TEST_STAMP) $(STACKS_STAMP) $(VERL_STAMP)
+# SDK on Node, Chromium, Google ADK, Agent Framework, TRL): slower, and CI runs them after `make test`.
+test-packages: $(TEST_STAMP) $(STACKS_STAMP) $(VERL_STAMP) $(TRL_STAMP)
 	$(PY) -m pytest -q -m real_packages
 
 lint: $(TEST_STAMP)

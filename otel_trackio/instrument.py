@@ -18,7 +18,7 @@ import functools
 import inspect
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
@@ -28,6 +28,7 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 
 from otel_trackio._core.values import MAX_ITEMS, MAX_STRING_CHARS, json_safe, json_text, parse_step
 from otel_trackio._engine.open_samples import OPEN_SAMPLES
+from otel_trackio._engine.steps import latest_step
 from otel_trackio._settings import active_settings
 
 __all__ = ["MAX_STRING_CHARS", "rollout", "traced"]
@@ -80,6 +81,30 @@ def _attribute_value(value: Any) -> Any:
 # -- rollout() --------------------------------------------------------------------------------
 
 
+def start_sample(
+    name: str, attributes: Mapping[str, Any], provider: TracerProvider | None = None
+) -> Span:
+    """Start a sample's root span without making it current, registered as an open sample (so
+    an exporter that must flush early keeps its identity): for code that holds several samples
+    open at once (a batch generated together). End it with :func:`end_sample`."""
+    span = _tracer(provider).start_span(name, attributes=attributes)
+    if span.is_recording():
+        ctx = span.get_span_context()
+        OPEN_SAMPLES.register(ctx.trace_id, ctx.span_id, attributes)
+    return span
+
+
+def end_sample(span: Span, exc: BaseException | None = None) -> None:
+    """End a sample's root span (an error when ``exc`` is given) and forget it as open."""
+    recording = span.is_recording()
+    if exc is not None and recording:
+        _record_error(span, exc)
+    span.end()
+    if recording:
+        ctx = span.get_span_context()
+        OPEN_SAMPLES.unregister(ctx.trace_id, ctx.span_id)
+
+
 class _Rollout:
     """The context manager :func:`rollout` returns (sync ``with`` and ``async with``)."""
 
@@ -98,13 +123,10 @@ class _Rollout:
         if self._span is not None:
             raise RuntimeError("a rollout() context can be entered only once")
         provider = self._provider or _provider_var.get()
-        span = _tracer(provider).start_span(self._name, attributes=self._attributes)
+        span = start_sample(self._name, self._attributes, provider)
         self._span = span
         otel_token = otel_context.attach(trace.set_span_in_context(span))
         self._tokens = (otel_token, _provider_var.set(provider))
-        if span.is_recording():
-            ctx = span.get_span_context()
-            OPEN_SAMPLES.register(ctx.trace_id, ctx.span_id, self._attributes)
         return span
 
     def __exit__(
@@ -124,13 +146,7 @@ class _Rollout:
             except ValueError:  # exited in another context than entered: nothing to restore
                 pass
             otel_context.detach(otel_token)  # type: ignore[arg-type]
-        recording = span.is_recording()
-        if exc is not None and recording:
-            _record_error(span, exc)
-        span.end()
-        if recording:
-            ctx = span.get_span_context()
-            OPEN_SAMPLES.unregister(ctx.trace_id, ctx.span_id)
+        end_sample(span, exc)
 
     async def __aenter__(self) -> Span:
         return self.__enter__()
@@ -145,7 +161,7 @@ class _Rollout:
 
 
 def rollout(
-    step: int,
+    step: int | None,
     sample_index: int | str,
     *,
     rollout_n: int | None = None,
@@ -160,6 +176,8 @@ def rollout(
     ``step``, ``sample_index``, ``rollout_n``, ``validate`` and ``attributes``; everything
     started inside belongs to this sample and becomes one Trackio Trace. The span is returned,
     so you can add attributes (a reward, ...). An exception marks it as error and propagates.
+    ``step=None`` takes the current step: the one ``set_step`` declared (a trainer integration
+    such as ``otel_trackio.trl`` declares it for you).
 
     The sample is its own OTel trace unless a span is current when it starts (your step-level
     span, or a remote parent): then it is that span's child. Both assemble the same way.
@@ -168,6 +186,30 @@ def rollout(
     identity. The step and sample attributes are named as the latest exporter or
     ``configure()`` of this process says (``step_attribute``, ``sample_attribute``).
     """
+    return _Rollout(
+        name,
+        sample_attributes(step, sample_index, rollout_n=rollout_n, validate=validate, **attributes),
+        tracer_provider,
+    )
+
+
+def sample_attributes(
+    step: int | None,
+    sample_index: int | str,
+    *,
+    rollout_n: int | None = None,
+    validate: bool = False,
+    **attributes: Any,
+) -> dict[str, Any]:
+    """A sample root's attributes, as :func:`rollout` sets them (raises ``ValueError`` for a
+    step that is no whole number, or ``None`` while no step was declared)."""
+    if step is None:
+        step = latest_step()
+        if step is None:
+            raise ValueError(
+                "rollout(step=None) takes the current step, and none was declared: pass a step, "
+                "or call otel_trackio.set_step(step) first"
+            )
     if isinstance(step, bool) or parse_step(_attribute_value(step)) is None:
         raise ValueError(
             f"rollout(step={step!r}): a step is a whole number (an int, or a string of one), "
@@ -181,8 +223,7 @@ def rollout(
     for key, value in attributes.items():
         if value is not None:
             attrs[key] = value
-    attrs = {key: _attribute_value(value) for key, value in attrs.items()}
-    return _Rollout(name, attrs, tracer_provider)
+    return {key: _attribute_value(value) for key, value in attrs.items()}
 
 
 # -- traced() ---------------------------------------------------------------------------------

@@ -67,9 +67,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, Status, StatusCode
 
-from otel_trackio._core.conventions import chat_markup
+from otel_trackio._core.conventions import chat_markup, otel_genai
 from otel_trackio._core.conventions.tokens import DECODED_TEXT_ATTRIBUTES, token_ids
-from otel_trackio._core.values import json_safe, json_text
+from otel_trackio._core.values import json_text
 from otel_trackio._settings import TrackioSettings
 from otel_trackio.instrument import rollout
 from otel_trackio.sampling import step_sampler
@@ -522,32 +522,6 @@ def _raw_prompt(inputs: Mapping[str, Any]) -> list[Any] | None:
     return None
 
 
-def _otel_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A chat message (``role``, ``content`` text or parts, ``tool_calls``, a tool result's
-    ``tool_call_id``) as an OTel GenAI message."""
-    content = message.get("content")
-    parts = [{"type": "text", "content": content}] if isinstance(content, str) else content
-    if message.get("role") == "tool":
-        response = content if isinstance(content, str) else json_safe(content)
-        call_id = message.get("tool_call_id")
-        parts = [{"type": "tool_call_response", "id": call_id, "response": response}]
-    out = {"role": message.get("role"), "parts": json_safe(parts or [])}
-    if message.get("tool_calls"):
-        out["parts"] = [
-            *out["parts"],
-            *(
-                {
-                    "type": "tool_call",
-                    "id": _field(call, "id"),
-                    "name": _field(_field(call, "function") or {}, "name"),
-                    "arguments": _field(_field(call, "function") or {}, "arguments"),
-                }
-                for call in message["tool_calls"]
-            ),
-        ]
-    return out
-
-
 def _reply(message: Mapping[str, Any]) -> Mapping[str, Any]:
     """An assistant turn as the loop held it, without the stop token verl's tool parser leaves
     in its text (it decodes the reply's ids whole)."""
@@ -566,10 +540,15 @@ def _record_agent(
     span.set_attribute("gen_ai.operation.name", "invoke_agent")
     span.set_attribute("gen_ai.agent.name", type(instance).__name__)
     span.set_attribute(
-        "gen_ai.input.messages", json.dumps([_otel_message(m) for m in prompt], default=str)
+        "gen_ai.input.messages",
+        json.dumps([otel_genai.from_chat_message(m) for m in prompt], default=str),
     )
     if held is not None and len(held) > len(prompt):
-        added = [_otel_message(_reply(m)) for m in held[len(prompt) :] if isinstance(m, Mapping)]
+        added = [
+            otel_genai.from_chat_message(_reply(m))
+            for m in held[len(prompt) :]
+            if isinstance(m, Mapping)
+        ]
         span.set_attribute("gen_ai.output.messages", json.dumps(added, default=str))
     turns = _field(result, "num_turns")
     if isinstance(turns, int):

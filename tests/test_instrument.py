@@ -23,6 +23,7 @@ from otel_trackio import (
     StepSampler,
     TrackioSpanExporter,
     rollout,
+    set_step,
     traced,
 )
 from otel_trackio._core.values import json_safe
@@ -513,7 +514,7 @@ def test_verl_style_example_runs_and_decodes_tokens(tmp_path):
     assert {"reward/mean", "reward/max", "response_length/mean", "tokens/type=output"} <= keys
 
 
-@pytest.mark.parametrize("step", ["step-2", 2.5, True, None, [1]])
+@pytest.mark.parametrize("step", ["step-2", 2.5, True, [1]])
 def test_a_bad_step_is_refused_where_rollout_is_called(step, project):
     """Said at the call, naming the value, rather than found at export (nothing is started)."""
     memory = InMemorySpanExporter()
@@ -522,3 +523,18 @@ def test_a_bad_step_is_refused_where_rollout_is_called(step, project):
     with pytest.raises(ValueError, match=r"rollout\(step=.*a step is a whole number"):
         rollout(step, 0, tracer_provider=provider)
     assert memory.get_finished_spans() == ()
+
+
+def test_rollout_without_a_step_takes_the_declared_one(project):
+    """``rollout(None, i)``: the step a trainer integration (or ``set_step``) declared; with
+    none declared it is refused at the call."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with pytest.raises(ValueError, match=r"rollout\(step=None\).*none was declared"):
+        rollout(None, 0, tracer_provider=provider)
+    set_step(7)
+    with rollout(None, 3, tracer_provider=provider):
+        pass
+    (span,) = memory.get_finished_spans()
+    assert span.attributes["step"] == 7 and span.attributes["sample_index"] == 3

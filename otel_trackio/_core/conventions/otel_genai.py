@@ -24,6 +24,7 @@ from otel_trackio._core.conventions._common import (
     parts_to_content,
 )
 from otel_trackio._core.records import EventRecord
+from otel_trackio._core.values import json_safe
 
 SYSTEM_KEY = "gen_ai.system_instructions"
 INPUT_KEY = "gen_ai.input.messages"
@@ -146,3 +147,36 @@ def _choice(attrs: Mapping[str, Any]) -> dict[str, Any]:
     if attrs.get("finish_reason") is not None:
         out["finish_reason"] = str(attrs["finish_reason"])
     return out
+
+
+def from_chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat message as chat templates take it (``role``, ``content`` text or parts,
+    ``tool_calls``, a tool result's ``tool_call_id``) as an OTel GenAI message
+    (``{role, parts}``), for :data:`INPUT_KEY` / :data:`OUTPUT_KEY`."""
+    content = message.get("content")
+    parts = [{"type": "text", "content": content}] if isinstance(content, str) else content
+    if message.get("role") == "tool":
+        response = content if isinstance(content, str) else json_safe(content)
+        call_id = message.get("tool_call_id")
+        parts = [{"type": "tool_call_response", "id": call_id, "response": response}]
+    out = {"role": message.get("role"), "parts": json_safe(parts or [])}
+    if message.get("tool_calls"):
+        out["parts"] = [
+            *out["parts"],
+            *(
+                {
+                    "type": "tool_call",
+                    "id": _field(call, "id"),
+                    "name": _field(_field(call, "function") or {}, "name"),
+                    "arguments": _field(_field(call, "function") or {}, "arguments"),
+                }
+                for call in message["tool_calls"]
+            ),
+        ]
+    return out
+
+
+def _field(value: Any, name: str) -> Any:
+    if isinstance(value, Mapping):
+        return value.get(name)
+    return getattr(value, name, None)
