@@ -110,11 +110,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--steps-per-generation", type=int, default=1)
     parser.add_argument("--logging-steps", type=int, default=1)
+    parser.add_argument("--eval-steps", type=int, default=0, help="evaluate every N steps")
     parser.add_argument("--max-samples-per-step", type=int, default=None)
     parser.add_argument(
         "--configure-first",
         action="store_true",
         help="call otel_trackio.configure() before the trainer exists (either order gives one run)",
+    )
+    parser.add_argument(
+        "--without-traces", action="store_true", help="train without the one line (to compare)"
     )
     parser.add_argument("--output-dir", default=os.path.join("/tmp", "trl-grpo-demo"))
     args = parser.parse_args()
@@ -136,6 +140,9 @@ def main() -> None:
         run_name=args.run_name or None,
         save_strategy="no",
         seed=0,
+        eval_strategy="steps" if args.eval_steps else "no",
+        eval_steps=args.eval_steps or None,
+        per_device_eval_batch_size=4,
     )
     trainer = GRPOTrainer(
         model=tiny_model(tokenizer),
@@ -143,8 +150,10 @@ def main() -> None:
         reward_funcs=[brevity, judge],
         args=config,
         train_dataset=prompts(64),
+        eval_dataset=prompts(4) if args.eval_steps else None,
     )
-    otel_trackio.trl.trace_rollouts(trainer, max_samples_per_step=args.max_samples_per_step)
+    if not args.without_traces:
+        otel_trackio.trl.trace_rollouts(trainer, max_samples_per_step=args.max_samples_per_step)
     trainer.train()
 
 

@@ -13,11 +13,12 @@ the total reward and the advantage in the header, the prompt group and the compl
 it, and the token counts on its generation span.
 
 **The step.** A batch generated while TRL's ``global_step`` is *s* is logged by TRL (its
-``train/reward``, loss, KL) at its next logging step: the first multiple of ``logging_steps``
-above *s*, at most ``max_steps``. Its Traces are logged at that same step, so a Trace sits on the
-curves it explains; with ``steps_per_generation > 1`` or ``logging_steps > 1`` several batches
-share a logging step, as their rewards share TRL's mean. An evaluation batch is logged at the
-step it was generated at, marked ``validate``. While a batch is generated the step is declared
+``train/reward``, loss, KL) in the row of its next logging step: the first multiple of
+``logging_steps`` above *s*, at most ``max_steps``. Its Traces are logged at that row's Trackio
+step (TRL's rows take Trackio's own counter, which evaluation rows move on), so a Trace sits on
+the curves it explains; with ``steps_per_generation > 1`` or ``logging_steps > 1`` several
+batches share a row, as their rewards share TRL's mean. An evaluation batch is logged with the
+evaluation's row, marked ``validate``. While a batch is generated the step is declared
 (:func:`otel_trackio.set_step`): a span or ``rollout(None, i)`` of the user's that names no step
 gets it.
 
@@ -33,7 +34,8 @@ each process keeps per step.
 
 TRL's members read: ``_generate_and_score_completions`` (wrapped) and ``_logs`` (the gathered
 prompts, completions, rewards and advantages TRL keeps for its own completions table), as in TRL
-1.16. A TRL without them gets one warning, and training runs untouched.
+1.16; and the Trackio run's step counter (``Run._next_step``, Trackio 0.43). A TRL without them
+gets one warning, and training runs untouched.
 """
 
 from __future__ import annotations
@@ -190,7 +192,8 @@ class RolloutTracing:
 
         def generate_and_score_completions(inputs: Any) -> Any:
             global _current
-            batch = self._guarded(self._begin, inputs)
+            next_row = self._next_row_step()
+            batch = self._guarded(self._begin, inputs, next_row)
             with _current_lock:
                 _current = batch
             try:
@@ -225,21 +228,55 @@ class RolloutTracing:
                 )
             return None
 
-    def _begin(self, inputs: Sequence[Any]) -> _Batch:
+    def _next_row_step(self) -> int | None:
+        """The Trackio step TRL's next step-less row would land at (its Trackio callback logs
+        without a step: the run's own counter), read on the main process and sent to every rank;
+        None without TRL's Trackio callback."""
+        accelerator = self.trainer.accelerator
+        following = self._guarded(self._counter) if accelerator.is_main_process else None
+        if int(accelerator.num_processes) > 1:
+            from accelerate.utils import broadcast_object_list
+
+            sent = [following]
+            broadcast_object_list(sent, from_process=0)
+            following = sent[0]
+        return following if isinstance(following, int) else None
+
+    def _counter(self) -> int | None:
+        handler = getattr(self.trainer, "callback_handler", None)
+        callbacks = getattr(handler, "callbacks", ())
+        if not any(type(c).__name__ == "TrackioCallback" for c in callbacks):
+            return None
+        import sys
+
+        trackio = sys.modules.get("trackio")
+        run = trackio.context_vars.current_run.get() if trackio is not None else None
+        following = getattr(run, "_next_step", None)
+        return following if isinstance(following, int) else None
+
+    def _begin(self, inputs: Sequence[Any], next_row: int | None) -> _Batch:
         self.join_run()
         trainer = self.trainer
         state = trainer.state
         evaluation = not trainer.model.training
-        if evaluation:
-            step = int(state.global_step)
+        global_step = int(state.global_step)
+        if evaluation:  # TRL logs the evaluation's row next
+            step = global_step if next_row is None else next_row
         else:
-            strategy = getattr(trainer.args, "logging_strategy", "steps")
-            step = trace_step(
-                int(state.global_step),
-                int(getattr(state, "logging_steps", 0) or trainer.args.logging_steps),
+            args = trainer.args
+            strategy = getattr(args, "logging_strategy", "steps")
+            logged_at = trace_step(
+                global_step,
+                int(getattr(state, "logging_steps", 0) or args.logging_steps),
                 int(state.max_steps or 0),
                 logs_by_steps=getattr(strategy, "value", strategy) == "steps",
             )
+            step = logged_at
+            if next_row is not None:
+                # Rows TRL logged besides its training rows (evaluations) moved the run's
+                # counter past global_step; those it will log before this batch's row, too.
+                step += max(0, next_row - (global_step + 1))
+                step += _evaluations_between(trainer, global_step, logged_at)
         set_step(step)
         group_size = _group_size(trainer, evaluation)
         count = len(inputs)
@@ -353,6 +390,20 @@ def _callback(tracing: RolloutTracing) -> Any:
     return OtelTrackioCallback()
 
 
+def _evaluations_between(trainer: Any, generated_at: int, logged_at: int) -> int:
+    """How many evaluation rows TRL logs after a batch generated at global step
+    ``generated_at`` and before its training row at ``logged_at`` (an evaluation runs right
+    after the training row of its step)."""
+    args = trainer.args
+    strategy = getattr(args, "eval_strategy", "no")
+    if getattr(strategy, "value", strategy) != "steps" or trainer.eval_dataset is None:
+        return 0
+    every = int(getattr(trainer.state, "eval_steps", 0) or args.eval_steps or 0)
+    if every < 1:
+        return 0
+    return sum(1 for at in range(generated_at + 1, logged_at) if at % every == 0)
+
+
 def _group_size(trainer: Any, evaluation: bool) -> int:
     """How many completions TRL generates per prompt (consecutive in a batch)."""
     size = getattr(trainer, "num_generations_eval", None) if evaluation else None
@@ -420,9 +471,11 @@ def _at(values: Sequence[Any], index: int) -> Any:
 
 
 def _number(value: Any) -> float | None:
+    """A reward or advantage as TRL computed it (float32): to its 7 significant digits, so that
+    the header reads ``0.2``, not ``0.20000000298023224``; None for a function that gave none."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return None if math.isnan(value) else float(value)
+    return None if math.isnan(value) else float(f"{value:.7g}")
 
 
 def _row_sums(mask: Any) -> list[int]:

@@ -30,6 +30,9 @@ os.environ.setdefault("TRACKIO_DISABLE_TELEMETRY", "1")
 # for it by name (the ``in_process`` fixture).
 os.environ.pop("OTEL_EXPORTER_TRACKIO_OFFLOAD", None)
 
+#: the real TRL on CPU torch, in an environment of its own (`make test-packages` makes it)
+TRL_PYTHON = Path(__file__).resolve().parents[1] / ".venv" / "trl-env" / "bin" / "python"
+
 import pytest  # noqa: E402
 from trackio import context_vars  # noqa: E402
 from trackio.sqlite_storage import SQLiteStorage  # noqa: E402

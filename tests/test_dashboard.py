@@ -15,16 +15,18 @@ The screenshots go to ``docs/trace-view.png`` and ``docs/outcome-table.png`` whe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import read_traces
+from conftest import TRL_PYTHON, read_traces
 
 pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
@@ -32,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = ROOT / "docs" / "trace-view.png"
 TABLE_SCREENSHOT = ROOT / "docs" / "outcome-table.png"
+TRL_SCREENSHOT = ROOT / "docs" / "trl-trace.png"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 if not CHROMIUM.exists() and not IN_CI:
@@ -69,13 +72,13 @@ def demo_project(project: str, trackio_dir: str) -> str:
     return project
 
 
-@pytest.fixture
-def dashboard(demo_project: str):
-    """Trackio's dashboard for the demo project on a free loopback port; yields its base URL."""
+@contextlib.contextmanager
+def _show(project: str) -> Iterator[str]:
+    """Trackio's dashboard for ``project`` on a free loopback port; yields its base URL."""
     import trackio
 
     app, url, _share_url, _full_url = trackio.show(
-        project=demo_project,
+        project=project,
         open_browser=False,
         block_thread=False,
         host="127.0.0.1",
@@ -86,6 +89,13 @@ def dashboard(demo_project: str):
         yield url.rstrip("/")
     finally:
         app.close()
+
+
+@pytest.fixture
+def dashboard(demo_project: str) -> Iterator[str]:
+    """Trackio's dashboard for the demo project; yields its base URL."""
+    with _show(demo_project) as url:
+        yield url
 
 
 def _text(page) -> str:
@@ -256,3 +266,66 @@ def _read_the_outcome_table(page, dashboard: str, project: str, by_sample, shot:
     assert stuck[4].startswith("flush: still open: execute_tool calculator"), stuck
     step_2.first.scroll_into_view_if_needed()
     page.screenshot(path=str(shot))
+
+
+def test_a_trl_completion_in_the_traces_page(project, trackio_dir, tmp_path):
+    """``examples/trl_grpo.py`` (the real TRL, in its environment): a completion's row and
+    header read as TRL scored it, the judge's span in its tree, the prompt and completion in the
+    conversation."""
+    assert TRL_PYTHON.exists(), f"{TRL_PYTHON} is missing: `make test-packages` makes it"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACKIO_"))}
+    env.update(TRACKIO_DIR=trackio_dir, PYTHONPATH=str(ROOT), TRACKIO_DISABLE_TELEMETRY="1")
+    command = [str(TRL_PYTHON), "examples/trl_grpo.py", "--project", project]
+    command += ["--run-name", "grpo", "--output-dir", str(tmp_path / "out")]
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    traces = read_traces(project, "grpo")
+    sample = next(t for t in traces if t["step"] == 2 and t["metadata"]["sample_index"] == 1)
+    meta = sample["metadata"]
+    prompt = sample["messages"][0]["content"]
+    shown = {key: f"{value:.10g}" for key, value in meta.items() if isinstance(value, float)}
+    header = (
+        f"step: 2 sample_index: 1 rollout_n: 1 reward: {shown['reward']} "
+        f"advantage: {shown['advantage']} reward.brevity: {shown['reward.brevity']} "
+        f"reward.judge: {shown['reward.judge']} status: reward {meta['reward']:g} group: 0"
+    )
+    with _show(project) as url, sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.set_default_timeout(30_000)
+            page.goto(f"{url}/traces?project={project}")
+            step_filter = page.locator("select", has=page.locator("option", has_text="All steps"))
+            step_filter.select_option("2")
+            sort = page.locator("select", has=page.locator("option", has_text="Oldest first"))
+            sort.select_option("request_time_asc")
+            page.locator("tr.trace-row", has_text=f"reward {meta['reward']:g}").first.wait_for()
+            rows = page.locator("tr.trace-row").all_inner_texts()
+            assert len(rows) == 4, rows  # the step's four completions
+            page.locator("tr.trace-row").nth(1).click()
+            page.get_by_text(re.compile(r"^execution$", re.IGNORECASE)).wait_for()
+            text = _text(page)
+            assert header in text, text
+            for name in ("trl.completion", "generate", "judge"):
+                assert name in text, name
+            usage = next(s["usage"] for s in sample["spans"] if s["name"] == "generate")
+            assert f"Tokens {usage['total_tokens']}" in text
+            sort.evaluate("el => el.scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(300)
+            shot = tmp_path / "trl-trace.png"
+            page.screenshot(path=str(shot))
+            page.get_by_text("Conversation", exact=True).click()
+            assert f"USER {prompt}" in _text(page)
+        finally:
+            browser.close()
+    if not TRL_SCREENSHOT.exists() or os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        shutil.copyfile(shot, TRL_SCREENSHOT)

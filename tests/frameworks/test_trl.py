@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import TRL_PYTHON
 
 pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "trl_grpo.py"
-#: the real TRL on CPU torch (`make test-packages` makes this environment)
-TRL_PYTHON = ROOT / ".venv" / "trl-env" / "bin" / "python"
 TRL_TORCHRUN = TRL_PYTHON.parent / "torchrun"
 PROMPTS = {"what is two plus three", "what is three plus three", "say hello", "the answer is"}
 BATCH = 4  # per_device_train_batch_size in the example
@@ -76,10 +75,16 @@ def check_run(tmp_path: Path, completions: int, project: str = "trl-demo") -> tu
     identities = Counter((step, meta["sample_index"]) for _, step, meta, _, _ in traces)
     assert len(traces) == completions, len(traces)
     assert max(identities.values()) == 1, [k for k, n in identities.items() if n > 1]
-    logged = {step: row["train/reward"] for _, _, step, row in metrics if "train/reward" in row}
+    logged = {  # TRL's mean reward of the batches logged at a step, training or evaluation
+        step: row.get("train/reward", row.get("eval/reward"))
+        for _, _, step, row in metrics
+        if "train/reward" in row or "eval/reward" in row
+    }
+    evaluations = {step for _, _, step, row in metrics if "eval/reward" in row}
     rewards: dict[int, list[float]] = defaultdict(list)
     for _, step, meta, _, _ in traces:
         rewards[step].append(meta["reward"])
+        assert bool(meta.get("validate")) is (step in evaluations), (step, meta)
     assert set(rewards) == set(logged), (sorted(rewards), sorted(logged))
     for step, values in rewards.items():
         assert math.isclose(sum(values) / len(values), logged[step], rel_tol=1e-4), step
@@ -108,6 +113,8 @@ def check_trace(meta: dict, messages: list, spans: list) -> None:
     [
         pytest.param((), 4 * BATCH, id="trl-opens-first"),
         pytest.param(("--configure-first",), 4 * BATCH, id="configure-first"),
+        # evaluations (4 prompts x 2) after steps 2 and 4 move TRL's later rows one step each
+        pytest.param(("--eval-steps", "2"), 4 * BATCH + 2 * 8, id="with-evaluations"),
         pytest.param(("--run-name", ""), 4 * BATCH, id="trackio-picks-the-name"),
         # batches generated at steps 0, 2, 4, 6, each of 2 x 4 completions, logged at 3, 6, 7
         pytest.param(
