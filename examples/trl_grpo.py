@@ -1,4 +1,4 @@
-"""GRPO with TRL, every completion a Trackio Trace beside TRL's own curves: one line.
+"""GRPO (or RLOO) with TRL, every completion a Trackio Trace beside TRL's own curves: one line.
 
 Runs offline on CPU in seconds: a tiny random Qwen2 and a word-level tokenizer are built in code
 (nothing is downloaded; the model says nonsense, the point is what you see). Needs TRL::
@@ -23,7 +23,7 @@ from datasets import Dataset
 from opentelemetry import trace
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
 import otel_trackio
 import otel_trackio.trl
@@ -106,6 +106,7 @@ def judge(completions: list[Any], **kwargs: Any) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--project", default="trl-demo")
+    parser.add_argument("--trainer", choices=("grpo", "rloo"), default="grpo")
     parser.add_argument("--run-name", default="grpo-tiny", help="'' lets Trackio pick one")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--steps-per-generation", type=int, default=1)
@@ -126,7 +127,10 @@ def main() -> None:
     if args.configure_first:
         otel_trackio.configure(args.project, args.run_name or None)
     tokenizer = tiny_tokenizer()
-    config = GRPOConfig(
+    config_class, trainer_class = (
+        (GRPOConfig, GRPOTrainer) if args.trainer == "grpo" else (RLOOConfig, RLOOTrainer)
+    )
+    config = config_class(
         output_dir=args.output_dir,
         use_cpu=True,
         num_generations=2,
@@ -140,11 +144,12 @@ def main() -> None:
         run_name=args.run_name or None,
         save_strategy="no",
         seed=0,
+        beta=0.0,  # no reference model: this one is built in code, not loadable by name
         eval_strategy="steps" if args.eval_steps else "no",
         eval_steps=args.eval_steps or None,
         per_device_eval_batch_size=4,
     )
-    trainer = GRPOTrainer(
+    trainer = trainer_class(
         model=tiny_model(tokenizer),
         processing_class=tokenizer,
         reward_funcs=[brevity, judge],

@@ -113,6 +113,7 @@ def check_trace(meta: dict, messages: list, spans: list) -> None:
     [
         pytest.param((), 4 * BATCH, id="trl-opens-first"),
         pytest.param(("--configure-first",), 4 * BATCH, id="configure-first"),
+        pytest.param(("--trainer", "rloo"), 4 * BATCH, id="rloo"),
         # evaluations (4 prompts x 2) after steps 2 and 4 move TRL's later rows one step each
         pytest.param(("--eval-steps", "2"), 4 * BATCH + 2 * 8, id="with-evaluations"),
         pytest.param(("--run-name", ""), 4 * BATCH, id="trackio-picks-the-name"),
