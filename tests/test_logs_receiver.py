@@ -120,6 +120,8 @@ def test_workers_log_events_join_their_samples_whatever_arrives_first(
 def _value(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         return {"stringValue": value}
+    if isinstance(value, float):
+        return {"doubleValue": value}
     if isinstance(value, int):
         return {"intValue": str(value)}
     if isinstance(value, dict):
@@ -359,3 +361,29 @@ def test_the_official_log_example_as_a_genai_event_joins_the_example_span(projec
     assert trace["messages"] == [{"role": "user", "content": "Example log record"}]
     (span,) = trace["spans"]
     assert span["kind"] == "generation"
+
+
+def test_an_evaluation_on_another_request_scores_its_sample(project, start_receiver):
+    """A judge's ``gen_ai.evaluation.result`` log record, posted after the sample's spans on a
+    request of its own, is in the sample's header, search text and outcome table."""
+    receiver = start_receiver()
+    trace, root, chat = "e" * 32, "1" * 16, "2" * 16
+    _post(receiver, "traces", _spans(_span(trace, chat, "chat", root)))
+    _post(receiver, "traces", _spans(_span(trace, root, "rollout", step=3, sample_index=0)))
+    verdict = _event(trace, chat, "gen_ai.evaluation.result", {})
+    verdict["attributes"] = [
+        {"key": "gen_ai.evaluation.name", "value": _value("correctness")},
+        {"key": "gen_ai.evaluation.score.value", "value": _value(0.25)},
+        {"key": "gen_ai.evaluation.score.label", "value": _value("partial")},
+    ]
+    _post(receiver, "logs", _logs(verdict))
+    receiver.stop()
+
+    (stored,) = read_traces(project, "r")
+    meta = stored["metadata"]
+    assert (meta["correctness"], meta["correctness.label"]) == (0.25, "partial")
+    assert "correctness=0.25" in meta["search"]
+    (row,) = next(
+        r["rollout/outcomes"]["_value"] for r in read_logs(project, "r") if "rollout/outcomes" in r
+    )
+    assert row["correctness"] == 0.25

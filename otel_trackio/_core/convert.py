@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from otel_trackio._core.assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
-from otel_trackio._core.conventions import SpanFacts, ai_sdk, dialects, read_span_facts
+from otel_trackio._core.conventions import SpanFacts, ai_sdk, dialects, otel_genai, read_span_facts
 from otel_trackio._core.conversation import build_conversation, settle_model_calls
 from otel_trackio._core.metric_convert import format_attribute
 from otel_trackio._core.records import UNFINISHED, SpanRecord
@@ -217,6 +217,9 @@ def user_fields(
 
     - every user attribute of the root span (:func:`is_user_attribute`, and not read into a
       span field), in the order it was set;
+    - then the evaluation results (``gen_ai.evaluation.result`` events on any span, or log
+      records joined to it): ``<name>`` its score (or its label when it has no score) and
+      ``<name>.label`` its label beside a score; a name the root already has keeps the root's;
     - then the scores recorded on the other spans: user attributes holding a number or a
       boolean (a ``reward`` span's ``reward``, a judge's ``correct``); the root's value wins,
       else the span that ended last (a judge's last turn). Unless ``one_rollout`` (the sample
@@ -245,6 +248,20 @@ def user_fields(
                 fields[key] = _header_value(value)
     scores: dict[str, list[Any]] = {}
     by_end = sorted(zip(spans, facts, strict=True), key=lambda p: (p[0].end_ns, p[0].start_ns))
+    root_keys = set(fields)
+    for span, _ in by_end:
+        for event in sorted(span.events, key=lambda e: e.time_ns):
+            if event.name != otel_genai.EVALUATION_EVENT:
+                continue
+            found = otel_genai.evaluation(event.attributes)
+            if found is None:
+                continue
+            name, score, label = found
+            if name in root_keys:
+                continue
+            scores.setdefault(name, []).append(score if score is not None else label)
+            if score is not None and label is not None:
+                scores.setdefault(f"{name}.label", []).append(label)
     for span, span_facts in by_end:
         if span is root:
             continue

@@ -13,12 +13,27 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeGuard
 
+from otel_trackio._core.conventions import otel_genai
 from otel_trackio._core.values import as_text
 
 OutcomeRow = dict[str, Any]
 
 #: The final answer is cut to this many characters in the table (whole in the Trace).
 ANSWER_CHARS = 160
+
+
+def evaluation_names(spans: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The names of the evaluation results (``gen_ai.evaluation.result`` events) on a Trace
+    dict's spans, in the order they came."""
+    names: list[str] = []
+    for span in spans:
+        for event in (span.get("metadata") or {}).get("events") or ():
+            if not isinstance(event, Mapping) or event.get("name") != otel_genai.EVALUATION_EVENT:
+                continue
+            found = otel_genai.evaluation(event.get("attributes") or {})
+            if found is not None and found[0] not in names:
+                names.append(found[0])
+    return names
 
 
 def run_state(trace: Mapping[str, Any]) -> str:
@@ -46,6 +61,9 @@ def outcome_row(trace: Mapping[str, Any], outcome_names: Sequence[str]) -> Outco
     }
     for name in outcome_names:
         row[name] = _cell(meta.get(name))
+    for name in evaluation_names(spans):  # a column per evaluation the sample had
+        if name not in row:
+            row[name] = _cell(meta.get(name))
     state = run_state(trace)
     row["status"] = state
     row["detail"] = _detail(state, meta, spans)
@@ -173,6 +191,7 @@ class StepTables:
                 self._rows[step],
                 key=lambda r: (self._order(r.get("sample_index")), self._order(r.get("rollout_n"))),
             )
+            rows = same_columns(rows)
             out.append((step, rows))
         for step in sorted(self._rows):  # forget the oldest steps handed out
             if len(self._rows) <= self._keep_steps:
@@ -181,3 +200,17 @@ class StepTables:
                 del self._rows[step]
                 self._handed.pop(step, None)
         return out
+
+
+def same_columns(rows: Sequence[OutcomeRow]) -> list[OutcomeRow]:
+    """Rows with the same columns in the same order (an evaluation only some samples had is an
+    empty cell in the others): the first row's order, then columns of later rows, before
+    ``status``."""
+    columns: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in columns:
+                columns.append(key)
+    fixed = ["status", "detail", "answer", "turns", "tokens", "latency_ms"]
+    ordered = [c for c in columns if c not in fixed] + [c for c in fixed if c in columns]
+    return [{key: row.get(key) for key in ordered} for row in rows]

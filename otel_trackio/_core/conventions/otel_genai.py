@@ -30,6 +30,11 @@ SYSTEM_KEY = "gen_ai.system_instructions"
 INPUT_KEY = "gen_ai.input.messages"
 OUTPUT_KEY = "gen_ai.output.messages"
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+"""A score of the span it is on (v1.38): a span event, or a log record with that span's context."""
+EVALUATION_NAME = "gen_ai.evaluation.name"
+EVALUATION_SCORE = "gen_ai.evaluation.score.value"
+EVALUATION_LABEL = "gen_ai.evaluation.score.label"
 MESSAGE_EVENTS = {
     "gen_ai.system.message": "system",
     "gen_ai.user.message": "user",
@@ -180,3 +185,18 @@ def _field(value: Any, name: str) -> Any:
     if isinstance(value, Mapping):
         return value.get(name)
     return getattr(value, name, None)
+
+
+def evaluation(attributes: Mapping[str, Any]) -> tuple[str, Any, str | None] | None:
+    """An evaluation result's ``(name, score, label)`` from its event attributes: the score a
+    number (else None), the label a text (else None); None when it has neither. Unnamed, it is
+    ``evaluation``."""
+    score = attributes.get(EVALUATION_SCORE)
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        score = None
+    label = attributes.get(EVALUATION_LABEL)
+    label = label if isinstance(label, str) and label else None
+    if score is None and label is None:
+        return None
+    name = attributes.get(EVALUATION_NAME)
+    return (name if isinstance(name, str) and name else "evaluation"), score, label
