@@ -259,3 +259,42 @@ def test_a_sample_without_its_root_still_converts_every_span():
     assert trace["metadata"]["status"] == "partial"
     assert len(trace["spans"]) == 1
     assert "root_span_id" not in trace["metadata"]
+
+
+def test_the_newest_genai_names_are_read_beside_the_older_ones():
+    """Cache writes (``cache_write``, before ``cache_creation``), the cost as an amount with its
+    currency (only dollars fill Trackio's cost column), and the names kept on their span."""
+    root = _span(1, "workflow", 0, 10, attributes={"step": 0, "sample_index": 0})
+    newest = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.usage.input_tokens": 10,
+        "gen_ai.usage.output_tokens": 2,
+        "gen_ai.usage.cache_write.input_tokens": 4,
+        "gen_ai.usage.cost.amount": 0.003,
+        "gen_ai.usage.cost.currency": "USD",
+        "gen_ai.usage.cost.source": "provider",
+        "gen_ai.conversation.id": "c-1",
+        "gen_ai.response.time_to_first_chunk": 0.12,
+    }
+    older = {"gen_ai.operation.name": "chat", "gen_ai.usage.cache_creation.input_tokens": 5}
+    euros = {"gen_ai.operation.name": "chat", "gen_ai.usage.cost.amount": 2.0,
+             "gen_ai.usage.cost.currency": "EUR"}  # fmt: skip
+    agent = {"gen_ai.operation.name": "invoke_workflow", "gen_ai.agent.turn.count": 3}
+    spans = [
+        root,
+        _span(2, "chat new", 1, 2, parent_id=1, attributes=newest),
+        _span(3, "chat old", 3, 4, parent_id=1, attributes=older),
+        _span(4, "chat eur", 5, 6, parent_id=1, attributes=euros),
+        _span(5, "invoke_workflow w", 6, 9, parent_id=1, attributes=agent),
+    ]
+    by_name = _by_name(sample_to_trace(_sample(spans)))
+    new, old, eur = by_name["chat new"], by_name["chat old"], by_name["chat eur"]
+    assert new["usage"]["cache_write_input_tokens"] == 4
+    assert old["usage"] == {"cache_write_input_tokens": 5}
+    assert new["cost_usd"] == 0.003 and "gen_ai.usage.cost.amount" not in new["metadata"]
+    assert new["metadata"]["gen_ai.usage.cost.source"] == "provider"
+    assert new["metadata"]["gen_ai.conversation.id"] == "c-1"
+    assert new["metadata"]["gen_ai.response.time_to_first_chunk"] == 0.12
+    assert "cost_usd" not in eur and eur["metadata"]["gen_ai.usage.cost.currency"] == "EUR"
+    workflow = by_name["invoke_workflow w"]
+    assert workflow["kind"] == "span" and workflow["metadata"]["gen_ai.agent.turn.count"] == 3

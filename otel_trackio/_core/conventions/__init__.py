@@ -21,8 +21,8 @@ per field):
   response model, stays in metadata);
 - usage: ``gen_ai.usage.input/output_tokens`` > ``gen_ai.usage.prompt/completion_tokens`` >
   ``llm.token_count.prompt/completion`` > ``ai.usage.*`` (keys holding the value chosen are
-  consumed, as for the model); cost: ``llm.cost.total`` > ``gen_ai.usage.cost`` >
-  ``llm.cost.prompt + llm.cost.completion``;
+  consumed, as for the model); cost: ``gen_ai.usage.cost.amount`` (in USD or without a
+  currency) > ``llm.cost.total`` > ``gen_ai.usage.cost`` > ``llm.cost.prompt + llm.cost.completion``;
 - tool input/output: ``gen_ai.tool.call.arguments/result`` > pydantic-ai's older
   ``tool_arguments``/``tool_response`` > the AI SDK's ``ai.toolCall.args/result`` >
   ``input.value``/``output.value`` > ``traceloop.entity.input/output`` > the span's messages (one
@@ -274,6 +274,15 @@ _USAGE_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        "cache_write_input_tokens",
+        (
+            "gen_ai.usage.cache_write.input_tokens",
+            "gen_ai.usage.cache_creation.input_tokens",
+            "gen_ai.usage.cache_creation_input_tokens",
+            "llm.token_count.prompt_details.cache_write",
+        ),
+    ),
+    (
         "reasoning_output_tokens",
         (
             "gen_ai.usage.reasoning.output_tokens",
@@ -311,12 +320,22 @@ def _read_usage(attrs: Mapping[str, Any], consumed: set[str]) -> dict[str, int] 
 
 _COST_KEYS = ("llm.cost.total", "gen_ai.usage.cost", "gen_ai.cost.total")
 _COST_PART_KEYS = ("llm.cost.prompt", "llm.cost.completion")
-_ALL_COST_KEYS = frozenset(_COST_KEYS + _COST_PART_KEYS)
+# The GenAI conventions' newest form: an amount with its currency and where it came from.
+_COST_AMOUNT = "gen_ai.usage.cost.amount"
+_COST_CURRENCY = "gen_ai.usage.cost.currency"
+_ALL_COST_KEYS = frozenset((*_COST_KEYS, *_COST_PART_KEYS, _COST_AMOUNT))
 
 
 def _read_cost(attrs: Mapping[str, Any], consumed: set[str]) -> float | None:
+    """The span's cost in US dollars (Trackio's cost column), or None; an amount in another
+    currency stays on its span."""
     if _ALL_COST_KEYS.isdisjoint(attrs):  # most spans carry no cost
         return None
+    amount = as_float(attrs.get(_COST_AMOUNT))
+    currency = attrs.get(_COST_CURRENCY)
+    if amount is not None and (currency is None or str(currency).upper() == "USD"):
+        consumed.update((_COST_AMOUNT, _COST_CURRENCY))
+        return amount
     for key in _COST_KEYS:
         value = as_float(attrs.get(key))
         if value is not None:
