@@ -107,9 +107,11 @@ def test_json_attributes_with_every_part_type(project):
     assert system == {"role": "system", "content": "sys"}
     assert user["content"] == [
         {"type": "text", "text": "what is in these?"},
-        parts_in[0]["parts"][1],
-        parts_in[0]["parts"][2],
-        parts_in[0]["parts"][3],
+        # media: an inline image that is none says so; a URL is the link the page draws; a
+        # file says what it was (tests/test_images.py: images that are images)
+        {"type": "text", "text": "[image/png, 3 B: not a readable image]"},
+        {"type": "image_url", "image_url": {"url": "https://x/y"}},
+        {"type": "text", "text": "[file: file-1]"},
         {"type": "hologram", "beam": 3},  # unknown part kept as it came
     ]
     assert tool == {"role": "tool", "content": '{"ok": 1}', "tool_call_id": "c9"}

@@ -11,6 +11,7 @@ from typing import Any
 from otel_trackio._core.assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
 from otel_trackio._core.conventions import SpanFacts, ai_sdk, dialects, otel_genai, read_span_facts
 from otel_trackio._core.conversation import build_conversation, settle_model_calls
+from otel_trackio._core.media import MEDIA_KEY, MediaTable, take_media
 from otel_trackio._core.metric_convert import format_attribute
 from otel_trackio._core.records import UNFINISHED, SpanRecord
 from otel_trackio._core.samples import Sample
@@ -99,8 +100,10 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     root = sample.root
     facts = [read_span_facts(s, settings) for s in spans]
     settle_model_calls(spans, facts)  # wrapper LLM spans are no model calls: before the kinds
+    media: MediaTable = {}
     span_dicts = [
-        _translate_span(s, f, root, ids, settings) for s, f in zip(spans, facts, strict=True)
+        _translate_span(s, f, root, ids, settings, media)
+        for s, f in zip(spans, facts, strict=True)
     ]
     generations = [f for f in facts if f.kind == "generation"]
     prompt, held = _agent_messages(facts, generations)
@@ -109,7 +112,7 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     if not messages and root is not None:
         root_facts = facts[spans.index(root)]
         messages = _fallback_messages(root_facts)
-    messages = [limit(m, settings.max_value_chars) for m in messages]
+    messages = [limit(take_media(m, media), settings.max_value_chars) for m in messages]
     if root is not None:
         _show_prompt_and_answer(span_dicts[spans.index(root)], messages)
     for span_dict in span_dicts:  # the OTel trace id, for joins, where the tree starts
@@ -119,13 +122,16 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     fields = user_fields(
         spans, facts, root, settings, one_rollout=sample.identity.sample_index is not None
     )
-    return storable(
+    trace = storable(
         {
             "messages": messages,
             "spans": span_dicts,
             "metadata": _translate_metadata(sample, spans, span_dicts, fields, settings),
         }
     )
+    if media:  # the images the sink saves as Trackio image files (never stored as text)
+        trace[MEDIA_KEY] = media
+    return trace
 
 
 def _agent_messages(
@@ -308,6 +314,7 @@ def _translate_span(
     root: SpanRecord | None,
     ids: set[int],
     settings: TrackioSettings,
+    media: MediaTable,
 ) -> dict[str, Any]:
     parent_id: str | None = None
     metadata: dict[str, Any] = {}
@@ -345,9 +352,9 @@ def _translate_span(
     if facts.cost_usd is not None:
         counted["cost_usd"] = facts.cost_usd
     if facts.input is not None:
-        out["input"] = limit(facts.input, settings.max_value_chars)
+        out["input"] = limit(take_media(facts.input, media), settings.max_value_chars)
     if facts.output is not None:
-        out["output"] = limit(facts.output, settings.max_value_chars)
+        out["output"] = limit(take_media(facts.output, media), settings.max_value_chars)
     if facts.provider is not None:
         metadata["provider"] = facts.provider
     if span.kind != "INTERNAL":  # the default kind says nothing; CLIENT, SERVER ... do

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from otel_trackio._core.media import MEDIA_KEY, REFERENCE_KEY, media_text
 from otel_trackio._trackio.installed import lost, module
 
 
@@ -42,26 +43,82 @@ def payloads_as_stored() -> bool:
     return bool(stored == _payload(sample))
 
 
-def trace_entries(traces: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """Trace dicts (messages, metadata, spans) as what ``run.log`` takes for a list of Traces.
+def trace_entries(
+    traces: Sequence[Mapping[str, Any]], project: str, run: str, step: int, *, remote: bool = False
+) -> list[Any]:
+    """Trace dicts (messages, metadata, spans) as what ``run.log`` takes for a list of Traces
+    logged at ``step`` of ``project``/``run``.
 
     They go in as Trackio's stored trace payload (``{"_type": Trace.TYPE, ...}``, what
     ``Trace._to_dict`` makes) rather than ``trackio.Trace`` objects: our dicts are already plain
-    JSON with no media, and Trackio's deep copy of every trace is skipped. When the installed
-    Trackio stores Traces differently, ``trackio.Trace`` objects are logged instead.
+    JSON, and Trackio's deep copy of every trace is skipped. A Trace with inline images (its
+    ``_media`` table) holds ``trackio.Image`` parts, saved as the run's media files as its
+    payload is made (``remote``: a run on a Trackio server, which Trackio uploads them to:
+    ``trackio.Trace`` objects). When the installed Trackio stores Traces differently,
+    ``trackio.Trace`` objects are logged instead.
     """
-    if payloads_as_stored():
+    stored_shape = payloads_as_stored()
+    if stored_shape and not any(t.get(MEDIA_KEY) for t in traces):
         return [_payload(t) for t in traces]
-    lost("Trace._to_dict in the shape of 0.43", "Traces are logged as trackio.Trace objects")
+    if not stored_shape:
+        lost("Trace._to_dict in the shape of 0.43", "Traces are logged as trackio.Trace objects")
     trackio = module()
-    return [
-        trackio.Trace(
-            messages=list(t.get("messages") or []),
+    entries = []
+    for t in traces:
+        images = {ref: _image(entry) for ref, entry in (t.get(MEDIA_KEY) or {}).items()}
+        entry = trackio.Trace(
+            messages=_with_images(list(t.get("messages") or []), images),
             metadata=dict(t.get("metadata") or {}),
-            spans=list(t.get("spans") or []),
+            spans=_with_images(list(t.get("spans") or []), images),
         )
-        for t in traces
-    ]
+        saved_here = stored_shape and not remote
+        entries.append(entry._to_dict(project, run, step) if saved_here else entry)
+    return entries
+
+
+MAX_IMAGE_SIDE = 1024
+"""An image wider or taller is stored scaled down to this many pixels on its longer side."""
+MAX_IMAGE_BYTES = 32 * 1024 * 1024
+"""An inline image larger than this is not decoded: a text says what it was."""
+
+
+def _image(entry: Mapping[str, str]) -> Any:
+    """A ``trackio.Image`` of an inline image (scaled down past :data:`MAX_IMAGE_SIDE`, its
+    caption saying so), or a text part saying why there is none."""
+    import base64
+    import binascii
+    import io
+
+    mime = entry.get("mime_type")
+    data = entry.get("data") or ""
+    size = len(data) * 3 // 4
+    if size > MAX_IMAGE_BYTES:
+        return {"type": "text", "text": media_text(mime, size, ": too large to keep")}
+    try:
+        from PIL import Image
+
+        picture = Image.open(io.BytesIO(base64.b64decode(data)))
+        picture.load()
+    except (binascii.Error, ValueError, OSError, ImportError):
+        return {"type": "text", "text": media_text(mime, size, ": not a readable image")}
+    caption = None
+    width, height = picture.size
+    if max(width, height) > MAX_IMAGE_SIDE:
+        picture.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
+        caption = f"scaled down from {width}x{height}"
+    return module().Image(picture, caption=caption)
+
+
+def _with_images(value: Any, images: Mapping[str, Any]) -> Any:
+    """``value`` with each image reference replaced by its image (or its text)."""
+    if isinstance(value, list):
+        return [_with_images(item, images) for item in value]
+    if isinstance(value, Mapping):
+        reference = value.get(REFERENCE_KEY)
+        if isinstance(reference, str) and value.get("type") == "image":
+            return images.get(reference, {"type": "text", "text": media_text("image", None)})
+        return {key: _with_images(item, images) for key, item in value.items()}
+    return value
 
 
 def as_table(rows: Sequence[Mapping[str, Any]]) -> Any:

@@ -223,7 +223,9 @@ class TrackioSink:
         """Log trace dicts (messages, metadata, spans) as one list of Traces at ``step``; with
         ``table`` (a key and plain rows), that table too, in the same log entry."""
         if traces:
-            entry: dict[str, Any] = {key: trace_entries(traces)}
+            run: Any = self.run
+            entries = trace_entries(traces, run.project, run.name, step, remote=is_remote(run))
+            entry: dict[str, Any] = {key: entries}
             if table is not None and table[1]:
                 entry[table[0]] = as_table(table[1])
             elif self._queue_as_written(key, entry, step):

@@ -22,7 +22,8 @@ per field):
 - usage: ``gen_ai.usage.input/output_tokens`` > ``gen_ai.usage.prompt/completion_tokens`` >
   ``llm.token_count.prompt/completion`` > ``ai.usage.*`` (keys holding the value chosen are
   consumed, as for the model); cost: ``gen_ai.usage.cost.amount`` (in USD or without a
-  currency) > ``llm.cost.total`` > ``gen_ai.usage.cost`` > ``llm.cost.prompt + llm.cost.completion``;
+  currency) > ``llm.cost.total`` > ``gen_ai.usage.cost`` >
+  ``llm.cost.prompt + llm.cost.completion``;
 - tool input/output: ``gen_ai.tool.call.arguments/result`` > pydantic-ai's older
   ``tool_arguments``/``tool_response`` > the AI SDK's ``ai.toolCall.args/result`` >
   ``input.value``/``output.value`` > ``traceloop.entity.input/output`` > the span's messages (one
