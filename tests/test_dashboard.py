@@ -329,3 +329,88 @@ def test_a_trl_completion_in_the_traces_page(project, trackio_dir, tmp_path):
             browser.close()
     if not TRL_SCREENSHOT.exists() or os.environ.get("UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(shot, TRL_SCREENSHOT)
+
+
+IMAGE_SCREENSHOT = ROOT / "docs" / "image-evaluation.png"
+
+
+def test_an_image_and_an_evaluation_in_the_traces_page(project, tmp_path):
+    """A vision sample: its prompt image drawn in the conversation (a Trackio image file, not
+    base64), a judge's evaluation result in the header and the pill."""
+    import base64
+    import io
+    import json
+
+    from opentelemetry import _logs as otel_logs
+    from opentelemetry import trace
+    from PIL import Image, ImageDraw
+
+    import otel_trackio
+
+    picture = Image.new("RGB", (240, 160), (250, 250, 250))
+    draw = ImageDraw.Draw(picture)
+    draw.rectangle((40, 40, 120, 120), fill=(220, 30, 30))
+    draw.ellipse((140, 50, 210, 120), fill=(30, 90, 220))
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    image = base64.b64encode(buffer.getvalue()).decode()
+    question = "How many shapes are in this picture?"
+    user = {"role": "user", "parts": [
+        {"type": "text", "content": question},
+        {"type": "blob", "modality": "image", "mime_type": "image/png", "content": image},
+    ]}  # fmt: skip
+    answer = {
+        "role": "assistant",
+        "parts": [{"type": "text", "content": "Two: a square, a circle."}],
+    }
+    handle = otel_trackio.configure(project, "vision", outcome_attributes=("correctness",))
+    tracer = trace.get_tracer("vision")
+    with tracer.start_as_current_span("rollout", attributes={"step": 5, "sample_index": 0}):
+        with tracer.start_as_current_span("chat vlm", attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "tiny-vlm",
+            "gen_ai.input.messages": json.dumps([user]),
+            "gen_ai.output.messages": json.dumps([answer]),
+            "gen_ai.usage.input_tokens": 310, "gen_ai.usage.output_tokens": 9,
+        }) as chat:  # fmt: skip
+            context = trace.set_span_in_context(chat)
+        otel_logs.get_logger("judge").emit(otel_logs.LogRecord(
+            event_name="gen_ai.evaluation.result",
+            attributes={
+                "gen_ai.evaluation.name": "correctness", "gen_ai.evaluation.score.value": 1.0,
+                "gen_ai.evaluation.score.label": "correct",
+                "gen_ai.evaluation.explanation": "two shapes, both named",
+            },
+            context=context,
+        ))  # fmt: skip
+    handle.shutdown()
+    (stored,) = read_traces(project, "vision")
+    drawn = stored["messages"][0]["content"][1]
+    assert drawn["_type"] == "trackio.image", drawn
+
+    with _show(project) as url, sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(30_000)
+            page.goto(f"{url}/traces?project={project}")
+            row = page.locator("tr.trace-row", has_text=question)
+            row.wait_for()
+            assert "correctness 1" in " ".join(row.inner_text().split()).lower()
+            row.click()
+            page.get_by_text("Conversation", exact=True).click()
+            image_element = page.locator("img[src*='.png']").first
+            image_element.wait_for()
+            page.wait_for_function(
+                "(img) => img.complete && img.naturalWidth > 0", arg=image_element.element_handle()
+            )
+            text = _text(page)
+            assert "correctness: 1 status: correctness 1 correctness.label: correct" in text, text
+            page.wait_for_timeout(300)
+            shot = tmp_path / "image-evaluation.png"
+            page.screenshot(path=str(shot))
+        finally:
+            browser.close()
+    if not IMAGE_SCREENSHOT.exists() or os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        shutil.copyfile(shot, IMAGE_SCREENSHOT)
