@@ -1,9 +1,11 @@
 """GRPO (or RLOO) with TRL, every completion a Trackio Trace beside TRL's own curves: one line.
 
 Runs offline on CPU in seconds: a tiny random Qwen2 and a word-level tokenizer are built in code
-(nothing is downloaded; the model says nonsense, the point is what you see). Needs TRL::
+(nothing is downloaded; the model says nonsense, the point is what you see).
+Needs the ``trl`` extra, and torch (its CPU build, on a machine without a GPU)::
 
-    pip install otel-trackio torch trl transformers datasets accelerate
+    pip install torch --index-url https://download.pytorch.org/whl/cpu
+    pip install "otel-trackio[trl]"
     python examples/trl_grpo.py
     trackio show --project trl-demo   # Traces page: a Trace per completion, at TRL's steps
 
