@@ -125,3 +125,53 @@ def test_a_data_uri_in_text_and_an_unreadable_image_say_what_they_were(project):
     text, unreadable = t["messages"][0]["content"]
     assert text["text"].startswith("look: [image/png, ") and text["text"].endswith(" B] ok"), text
     assert unreadable == {"type": "text", "text": "[image/png, 3 B: not a readable image]"}
+
+
+_AI_SDK = {"ai.operationId": "ai.generateText.doGenerate", "ai.response.text": "a dot"}
+
+
+@pytest.mark.parametrize(
+    ("name", "attributes"),
+    [
+        ("ai sdk image", {**_AI_SDK, "ai.prompt.messages": [
+            {"type": "image", "image": "{png}", "mediaType": "image/png"}]}),
+        ("ai sdk file", {**_AI_SDK, "ai.prompt.messages": [
+            {"type": "file", "data": "{png}", "mediaType": "image/png"}]}),
+        ("openinference", {
+            "openinference.span.kind": "LLM",
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.contents.0.message_content.type": "image",
+            "llm.input_messages.0.message.contents.0.message_content.image.image.url":
+                "data:image/png;base64,{png}",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": "a dot",
+        }),
+    ],
+)  # fmt: skip
+def test_every_instrumentations_inline_image_is_taken_out_once(name, attributes):
+    """The AI SDK's and OpenInference's image forms, as their readers give them: one entry in
+    the Trace's media table, a reference in its place (the sink draws it as the OTel form)."""
+    from otel_trackio._core.convert import sample_to_trace
+    from otel_trackio._core.media import MEDIA_KEY, REFERENCE_KEY
+    from otel_trackio._core.records import SpanRecord
+    from otel_trackio._core.samples import Sample, SampleIdentity
+
+    png = _png(4, 4, (0, 0, 0))
+    filled = {}
+    for key, value in attributes.items():
+        if key == "ai.prompt.messages":
+            value = json.dumps([{"role": "user", "content": value}]).replace("{png}", png)
+        elif isinstance(value, str):
+            value = value.replace("{png}", png)
+        filled[key] = value
+    root = SpanRecord(trace_id=1, span_id=1, name="rollout", start_ns=0, end_ns=10,
+                      attributes={"step": 0, "sample_index": 0})  # fmt: skip
+    call = SpanRecord(trace_id=1, span_id=2, name=name, start_ns=1, end_ns=5, parent_id=1,
+                      attributes=filled)  # fmt: skip
+    identity = SampleIdentity(trace_id=1, root_span_id=1, step=0, sample_index=0)
+    converted = sample_to_trace(Sample(spans=[root, call], root=root, identity=identity))
+    (reference,) = converted[MEDIA_KEY]
+    assert converted[MEDIA_KEY][reference] == {"mime_type": "image/png", "data": png}
+    user = converted["messages"][0]
+    assert {"type": "image", REFERENCE_KEY: reference} in user["content"]
+    assert png not in json.dumps({k: v for k, v in converted.items() if k != MEDIA_KEY})
