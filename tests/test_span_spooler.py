@@ -299,3 +299,39 @@ def test_an_unexpected_error_in_the_spool_write_leaves_the_spooler_running(proje
     assert processor._spooler._thread.is_alive()
     _finish(provider, exporter)
     assert _stored(project, "survives") == Counter({(1, i): 1 for i in range(CHUNK_SPANS)})
+
+
+def test_large_spans_wait_for_a_slow_spool_in_bounded_memory_and_all_are_stored(
+    project, monkeypatch
+):
+    """Spans of a megabyte each (an image inline) ended faster than a slow disk takes them:
+    they are packed a few at a time, and the thread ending them waits while more than
+    ``MAX_WAITING_BYTES`` of them wait; none is dropped, each is stored once."""
+    import time
+
+    from otel_trackio._offload import span_spooler
+
+    monkeypatch.setattr(span_spooler, "MAX_WAITING_BYTES", 4 * 1024 * 1024)
+    real = spool_segments._write_all
+    waiting: list[int] = []
+
+    def slow(handle: Any, *buffers: bytes) -> None:
+        time.sleep(0.05)
+        real(handle, *buffers)
+
+    monkeypatch.setattr(spool_segments, "_write_all", slow)
+    provider, processor, exporter = _provider(project, "large")
+    spooler = processor._spooler
+    tracer = provider.get_tracer("rollout")
+    image = "x" * (1024 * 1024)
+    for i in range(40):
+        with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": i}):
+            with tracer.start_as_current_span("chat m", attributes={"picture": image}):
+                pass
+        waiting.append(spooler._packed_bytes)
+    _finish(provider, exporter)
+    # Never more than the bound and one chunk of the spans packed before (a few megabytes).
+    assert max(waiting) <= 4 * 1024 * 1024 + span_spooler.CHUNK_BYTES + 2 * 1024 * 1024, waiting
+    assert exporter.offloaded.spans_refused == 0
+    stored = _stored(project, "large")
+    assert len(stored) == 40 and set(stored.values()) == {1}

@@ -11,9 +11,10 @@ go: the span is freed on the thread that made it, the rows with the payload.
 The spooler's thread only writes bytes (figure 13 in ``docs/performance.md``).
 
 What it keeps: at most ``max_queue_size`` spans waiting, beside the batch being written (more
-are dropped, counted and warned, as a ``BatchSpanProcessor`` drops when its queue is full); a
-chunk waits at most ``schedule_delay`` before it is appended; :meth:`SpanSpooler.flush` appends
-everything ended before it.
+are dropped, counted and warned, as a ``BatchSpanProcessor`` drops when its queue is full), and
+about :data:`MAX_WAITING_BYTES` of them (past it, the thread ending a span waits for the spool,
+briefly); a chunk waits at most ``schedule_delay`` before it is appended;
+:meth:`SpanSpooler.flush` appends everything ended before it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ CHUNK_SPANS = 64
 """Spans per encoded chunk: large enough that packing costs little per span (one MessagePack call
 per chunk), small enough that a chunk's spans are still in the CPU's cache when it is packed (64
 GenAI spans of ~2 KB: ~130 KB). Chosen, not tuned."""
+CHUNK_BYTES = 4 * 1024 * 1024
+"""A chunk of spans this large is packed early: spans carrying images (a megabyte each) are packed
+a few at a time, judged by the size of the spans packed before them."""
+MAX_WAITING_BYTES = 32 * 1024 * 1024
+"""Packed spans waiting for the spooler's thread, at most: past it the thread that ends a span
+waits for the spool to take them (at most :data:`MAX_WAIT_SECONDS`), so a rollout of large spans
+faster than the disk keeps a bounded memory."""
+MAX_WAIT_SECONDS = 10.0
 
 
 class SpanSpooler:
@@ -71,6 +80,9 @@ class SpanSpooler:
         self._chunk = SpanChunk()
         self._packed: list[bytes] = []
         self._packed_spans = 0
+        self._packed_bytes = 0
+        self._bytes_per_span = 0  # of the last chunk packed: large spans are packed few at a time
+        self._taken = threading.Condition(self._lock)  # the spooler's thread took the packed
         self._thread: threading.Thread | None = None
 
     # -- the rollout's threads -----------------------------------------------------------------
@@ -96,10 +108,17 @@ class SpanSpooler:
             except Exception as exc:  # noqa: BLE001 - a span processor never raises into end()
                 self._client.refuse_spans(1, "encode", f"could not encode a span: {exc!r}")
                 return
-            if self._chunk.spans < self._chunk_spans:
+            spans = self._chunk.spans
+            if spans < self._chunk_spans and spans * self._bytes_per_span < CHUNK_BYTES:
                 return
             self._pack()
             wake = self._packed_spans >= self._batch_spans
+            if self._packed_bytes > MAX_WAITING_BYTES and not self._closed:
+                self._wake.set()  # more than the memory bound waits: until the spool takes it
+                self._taken.wait_for(
+                    lambda: self._packed_bytes <= MAX_WAITING_BYTES or self._closed,
+                    MAX_WAIT_SECONDS,
+                )
         if wake:
             self._wake.set()
 
@@ -117,6 +136,8 @@ class SpanSpooler:
             return
         self._packed.append(payload)
         self._packed_spans += chunk.spans
+        self._packed_bytes += len(payload)
+        self._bytes_per_span = len(payload) // max(1, chunk.spans)
 
     # -- the spooler's thread, and flushes -------------------------------------------------------
 
@@ -145,7 +166,8 @@ class SpanSpooler:
                 if pack_partial and self._chunk.spans:
                     self._pack()
                 payloads, spans = self._packed, self._packed_spans
-                self._packed, self._packed_spans = [], 0
+                self._packed, self._packed_spans, self._packed_bytes = [], 0, 0
+                self._taken.notify_all()
             if not payloads:
                 return True
             try:
@@ -164,6 +186,7 @@ class SpanSpooler:
             if self._closed:
                 return True
             self._closed = True
+            self._taken.notify_all()  # a thread waiting for room goes on
             thread = self._thread
         self._wake.set()
         if thread is not None and thread is not threading.current_thread():

@@ -62,17 +62,24 @@ def trace_entries(
         return [_payload(t) for t in traces]
     if not stored_shape:
         lost("Trace._to_dict in the shape of 0.43", "Traces are logged as trackio.Trace objects")
+    import tempfile
+
     trackio = module()
+    saved_here = stored_shape and not remote
     entries = []
-    for t in traces:
-        images = {ref: _image(entry) for ref, entry in (t.get(MEDIA_KEY) or {}).items()}
-        entry = trackio.Trace(
-            messages=_with_images(list(t.get("messages") or []), images),
-            metadata=dict(t.get("metadata") or {}),
-            spans=_with_images(list(t.get("spans") or []), images),
-        )
-        saved_here = stored_shape and not remote
-        entries.append(entry._to_dict(project, run, step) if saved_here else entry)
+    # Images kept as they came are files Trackio copies as each payload is made: then gone.
+    with tempfile.TemporaryDirectory(prefix="otel-trackio-images-") as folder:
+        for t in traces:
+            images = {
+                ref: _image(entry, folder if saved_here else None)
+                for ref, entry in (t.get(MEDIA_KEY) or {}).items()
+            }
+            entry = trackio.Trace(
+                messages=_with_images(list(t.get("messages") or []), images),
+                metadata=dict(t.get("metadata") or {}),
+                spans=_with_images(list(t.get("spans") or []), images),
+            )
+            entries.append(entry._to_dict(project, run, step) if saved_here else entry)
     return entries
 
 
@@ -82,12 +89,16 @@ MAX_IMAGE_BYTES = 32 * 1024 * 1024
 """An inline image larger than this is not decoded: a text says what it was."""
 
 
-def _image(entry: Mapping[str, str]) -> Any:
-    """A ``trackio.Image`` of an inline image (scaled down past :data:`MAX_IMAGE_SIDE`, its
-    caption saying so), or a text part saying why there is none."""
+def _image(entry: Mapping[str, str], folder: str | None) -> Any:
+    """A ``trackio.Image`` of an inline image, or a text part saying why there is none. An
+    image within :data:`MAX_IMAGE_SIDE` is kept as it came: its bytes written to a file in
+    ``folder``, which Trackio copies (no decoding); a larger one is decoded and scaled down (its
+    caption says from what size); so is every image when ``folder`` is None."""
     import base64
     import binascii
     import io
+    import os
+    import tempfile
 
     mime = entry.get("mime_type")
     data = entry.get("data") or ""
@@ -96,13 +107,21 @@ def _image(entry: Mapping[str, str]) -> Any:
         return {"type": "text", "text": media_text(mime, size, ": too large to keep")}
     try:
         from PIL import Image
-
-        picture = Image.open(io.BytesIO(base64.b64decode(data)))
+    except ImportError:  # Trackio brings Pillow; without it, no image is drawn
+        return {"type": "text", "text": media_text(mime, size)}
+    try:
+        raw = base64.b64decode(data)
+        picture = Image.open(io.BytesIO(raw))  # reads the header: the size, the format
+        width, height = picture.size
+        if max(width, height) <= MAX_IMAGE_SIDE and folder is not None and picture.format:
+            fd, path = tempfile.mkstemp(suffix=f".{picture.format.lower()}", dir=folder)
+            with os.fdopen(fd, "wb") as file:
+                file.write(raw)
+            return module().Image(path)
         picture.load()
-    except (binascii.Error, ValueError, OSError, ImportError):
+    except (binascii.Error, ValueError, OSError, Image.DecompressionBombError):
         return {"type": "text", "text": media_text(mime, size, ": not a readable image")}
     caption = None
-    width, height = picture.size
     if max(width, height) > MAX_IMAGE_SIDE:
         picture.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
         caption = f"scaled down from {width}x{height}"
