@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -93,6 +94,36 @@ def test_a_negative_step_range_reads_as_a_range(project, trackio_dir):
     [summary] = [line for line in _summary_lines(result.stderr) if "samples logged to" in line]
     assert ", steps -4 to 1000000000000000 (2 steps); " in summary, summary
     assert [t["step"] for t in read_traces(project, "negative")] == [-4, 10**15]
+
+
+def test_spans_the_spool_refused_are_in_the_summary_and_storage_agrees(project, trackio_dir):
+    """A spool too small for what a rollout sends: the spans it refuses are said, once in a
+    warning and in the summary's count, which storage agrees with (never "0 lost" alone)."""
+    script = textwrap.dedent(
+        f"""
+        import otel_trackio
+        from opentelemetry import trace
+        handle = otel_trackio.configure({project!r}, "full", spool_max_mb=0.5)
+        tracer = trace.get_tracer("t")
+        words = "y" * 20000
+        for i in range(200):
+            sample = {{"step": 0, "sample_index": i}}
+            with tracer.start_as_current_span("rollout", attributes=sample):
+                with tracer.start_as_current_span("chat", attributes={{"text": words}}):
+                    pass
+        handle.shutdown()
+        """
+    )
+    result = run_python(script, trackio_dir)
+    assert result.returncode == 0, result.stderr
+    lines = _summary_lines(result.stderr)
+    assert sum("spool full" in line and "spans refused" in line for line in lines) == 1, lines
+    [summary] = [line for line in lines if "samples logged to" in line]
+    found = re.search(r"(\d+) samples logged .*; (\d+) spans refused before the spool", summary)
+    assert found is not None, summary
+    logged, refused = int(found.group(1)), int(found.group(2))
+    assert refused > 0 and logged == len(read_traces(project, "full"))
+    assert logged + refused // 2 <= 200  # each refused sample had two spans
 
 
 def test_the_summary_can_be_turned_off(project, trackio_dir):

@@ -98,6 +98,11 @@ class RunSummary:
         )
         if stats.unusable_steps:
             first += f"; {stats.unusable_steps} not stored (no usable step)"
+        if stats.spans_refused:
+            first += (
+                f"; {stats.spans_refused} spans refused before the spool (said above): "
+                "their samples are missing or partial"
+            )
         if self.not_traced is not None:
             first += f"; {self.not_traced} not traced"
             if self.max_samples_per_step is not None:

@@ -38,6 +38,9 @@ class ExportStats:
     unusable_steps: int = 0
     unusable_step_spans: int = 0
     samples_without_step: int = 0  # stored at a step no span of theirs carried (latest, or 0)
+    # Spans this process never handed on (the spool or the queue full, a span not encodable):
+    # their samples are missing, or partial.
+    spans_refused: int = 0
     # The steps Traces were logged at: how many distinct ones, the first and the last (both 0
     # while ``steps_logged`` is 0).
     steps_logged: int = 0

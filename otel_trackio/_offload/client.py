@@ -610,6 +610,7 @@ class OffloadClient:
         checkpoint = self._final or load_checkpoint(self.path)
         stats = ExportStats.from_dict(checkpoint.stats if checkpoint is not None else {})
         stats.spans_received = self.spans_spooled + self.spans_refused
+        stats.spans_refused = self.spans_refused
         stats.failed_exports += self.exports_refused
         return stats
 

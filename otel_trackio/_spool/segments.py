@@ -276,7 +276,8 @@ class Producer:
                 self._on_disk = self._needed_bytes()  # the drainer may have made room
                 if self._on_disk + size > self.max_bytes:
                     raise SpoolFull(
-                        f"spool {self.path} holds {self._on_disk} bytes (bound {self.max_bytes})"
+                        f"spool {self.path} holds {self._on_disk} bytes and {size} more do not "
+                        f"fit its bound of {self.max_bytes} (spool_max_mb)"
                     )
             try:
                 _write_all(self._file, *buffers)
