@@ -40,7 +40,9 @@ gets one warning, and training runs untouched.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import io
 import json
 import logging
 import math
@@ -316,6 +318,7 @@ class RolloutTracing:
         model = _model_name(trainer)
         group_size = _group_size(trainer, batch.evaluation)
         tracer = trace.get_tracer("otel_trackio.trl")
+        images: dict[int, str] = {}  # a prompt's images, repeated for each of its completions
         for i, root in enumerate(batch.roots):
             if not root.is_recording():
                 end_sample(root)
@@ -342,6 +345,7 @@ class RolloutTracing:
                     model,
                     _at(prompt_tokens, i),
                     _at(completion_tokens, i),
+                    images,
                 ),
             )
             generation.end(end_time=ended_ns)
@@ -433,14 +437,19 @@ def _run_name(trainer: Any) -> str | None:
 
 
 def _generation_attributes(
-    prompt: Any, completion: Any, model: str | None, prompt_tokens: Any, completion_tokens: Any
+    prompt: Any,
+    completion: Any,
+    model: str | None,
+    prompt_tokens: Any,
+    completion_tokens: Any,
+    images: dict[int, str],
 ) -> dict[str, Any]:
     chat = isinstance(prompt, list)
     attributes: dict[str, Any] = {"gen_ai.operation.name": "chat" if chat else "text_completion"}
     if model:
         attributes["gen_ai.request.model"] = model
     if prompt is not None:
-        attributes[otel_genai.INPUT_KEY] = _messages_json(prompt, "user")
+        attributes[otel_genai.INPUT_KEY] = _messages_json(prompt, "user", images)
     if completion is not None:
         attributes[otel_genai.OUTPUT_KEY] = _messages_json(completion, "assistant")
     if isinstance(prompt_tokens, int):
@@ -450,14 +459,42 @@ def _generation_attributes(
     return attributes
 
 
-def _messages_json(value: Any, role: str) -> str:
-    """A TRL prompt or completion (a text, or chat messages) as OTel GenAI messages."""
+def _messages_json(value: Any, role: str, images: dict[int, str] | None = None) -> str:
+    """A TRL prompt or completion (a text, or chat messages) as OTel GenAI messages; the images
+    of a multimodal prompt (``{"type": "image", "image": <PIL image>}``) as PNG ``blob`` parts,
+    each encoded once per batch (``images``: by the image object's id)."""
     turns = value if isinstance(value, list) else [{"role": role, "content": value}]
+    cache = images if images is not None else {}
     return json.dumps(
-        [otel_genai.from_chat_message(m) for m in turns if isinstance(m, Mapping)],
+        [
+            otel_genai.from_chat_message(_with_blobs(m, cache))
+            for m in turns
+            if isinstance(m, Mapping)
+        ],
         default=str,
         ensure_ascii=False,
     )
+
+
+def _with_blobs(message: Mapping[str, Any], images: dict[int, str]) -> Mapping[str, Any]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    parts: list[Any] = []
+    for part in content:
+        image = part.get("image") if isinstance(part, Mapping) else None
+        if image is not None and callable(getattr(image, "save", None)):
+            encoded = images.get(id(image))
+            if encoded is None:
+                buffer = io.BytesIO()
+                image.save(buffer, format="PNG")
+                encoded = images[id(image)] = base64.b64encode(buffer.getvalue()).decode()
+            part = {"type": "blob", "modality": "image", "mime_type": "image/png",
+                    "content": encoded}  # fmt: skip
+        elif isinstance(part, Mapping) and part.get("type") == "text" and "text" in part:
+            part = {"type": "text", "content": part["text"]}
+        parts.append(part)
+    return {**message, "content": parts}
 
 
 def _last(values: Any, count: int) -> list[Any]:

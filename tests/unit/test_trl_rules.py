@@ -80,3 +80,29 @@ def test_a_completion_with_tool_turns_keeps_them_as_tool_calls_and_results() -> 
     assert json.loads(trl._messages_json("plain text", "assistant")) == [
         {"role": "assistant", "parts": [{"type": "text", "content": "plain text"}]}
     ]
+
+
+def test_a_multimodal_prompts_images_become_png_blobs_encoded_once() -> None:
+    """TRL's multimodal prompt (``prepare_multimodal_messages``: PIL images in the parts) as OTel
+    ``blob`` parts the exporter draws as images; one prompt's image encoded once for all of its
+    completions."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    picture = Image.new("RGB", (8, 8), (255, 0, 0))
+    prompt = [
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": picture}, {"type": "text", "text": "color?"}],
+        }
+    ]
+    images: dict[int, str] = {}
+    first = json.loads(trl._messages_json(prompt, "user", images))
+    again = json.loads(trl._messages_json(prompt, "user", images))
+    assert first == again and len(images) == 1
+    blob, text = first[0]["parts"]
+    assert text == {"type": "text", "content": "color?"}
+    assert (blob["type"], blob["modality"], blob["mime_type"]) == ("blob", "image", "image/png")
+    assert Image.open(io.BytesIO(base64.b64decode(blob["content"]))).size == (8, 8)
