@@ -363,27 +363,37 @@ def test_the_official_log_example_as_a_genai_event_joins_the_example_span(projec
     assert span["kind"] == "generation"
 
 
-def test_an_evaluation_on_another_request_scores_its_sample(project, start_receiver):
-    """A judge's ``gen_ai.evaluation.result`` log record, posted after the sample's spans on a
-    request of its own, is in the sample's header, search text and outcome table."""
-    receiver = start_receiver()
+@pytest.mark.parametrize("order", ["after", "before", "after-stored"])
+def test_an_evaluation_on_another_request_scores_its_sample(project, start_receiver, order):
+    """A judge's ``gen_ai.evaluation.result`` log record on a request of its own — after the
+    sample's spans, before them, or after the sample was stored (then a continuation row,
+    where late spans go) — is in the header, search text and outcome table of its sample."""
+    receiver = start_receiver(sample_grace_seconds=0 if order == "after-stored" else None)
     trace, root, chat = "e" * 32, "1" * 16, "2" * 16
-    _post(receiver, "traces", _spans(_span(trace, chat, "chat", root)))
-    _post(receiver, "traces", _spans(_span(trace, root, "rollout", step=3, sample_index=0)))
     verdict = _event(trace, chat, "gen_ai.evaluation.result", {})
     verdict["attributes"] = [
         {"key": "gen_ai.evaluation.name", "value": _value("correctness")},
         {"key": "gen_ai.evaluation.score.value", "value": _value(0.25)},
         {"key": "gen_ai.evaluation.score.label", "value": _value("partial")},
     ]
-    _post(receiver, "logs", _logs(verdict))
+    if order == "before":
+        _post(receiver, "logs", _logs(verdict))
+    _post(receiver, "traces", _spans(_span(trace, chat, "chat", root)))
+    _post(receiver, "traces", _spans(_span(trace, root, "rollout", step=3, sample_index=0)))
+    if order == "after-stored":
+        wait_until(lambda: receiver.router.totals().samples >= 1, "the sample stored")
+    if order != "before":
+        _post(receiver, "logs", _logs(verdict))
     receiver.stop()
 
-    (stored,) = read_traces(project, "r")
-    meta = stored["metadata"]
+    stored = read_traces(project, "r")
+    scored = [t for t in stored if "correctness" in t["metadata"]]
+    assert len(stored) == (2 if order == "after-stored" else 1) and len(scored) == 1, stored
+    meta = scored[0]["metadata"]
     assert (meta["correctness"], meta["correctness.label"]) == (0.25, "partial")
     assert "correctness=0.25" in meta["search"]
-    (row,) = next(
+    assert (scored[0]["step"], meta["sample_index"]) == (3, 0)
+    tables = [
         r["rollout/outcomes"]["_value"] for r in read_logs(project, "r") if "rollout/outcomes" in r
-    )
-    assert row["correctness"] == 0.25
+    ]
+    assert any(row.get("correctness") == 0.25 for rows in tables for row in rows), tables
