@@ -31,6 +31,7 @@ from otel_trackio._settings import TrackioSettings
 from otel_trackio._trackio.installed import RunLike, reserved_keys
 from otel_trackio._trackio.payloads import histogram
 from otel_trackio._trackio.sink import TrackioSink
+from otel_trackio._trackio.storage import stored_metric_values
 
 if TYPE_CHECKING:
     from otel_trackio._core.metric_convert import ConverterMemory
@@ -55,6 +56,7 @@ except ImportError:  # pragma: no cover - older SDK
     pass
 
 _WARN_INTERVAL_SECONDS = 60.0
+_NONE = object()  # no stored value
 
 
 @dataclass(slots=True)
@@ -110,6 +112,10 @@ class MetricPath:
         self._latest_step: Callable[[], int | None] = _steps.latest_step
         self._warn = Warnings(every_seconds=_WARN_INTERVAL_SECONDS)
         self.stats = MetricExportStats()
+        # Values the run has stored already, by (step, key): skipped (``skip_stored``), so data
+        # read again (the same Collector file ingested twice) is stored once.
+        self.skip_stored = False
+        self._stored: dict[tuple[int, str], Any] | None = None
 
     @property
     def run(self) -> RunLike:
@@ -208,6 +214,13 @@ class MetricPath:
             values = conversion.by_step[step]
             payload = {key: self._value(key, v) for key, v in values.items()}
             payload = {key: v for key, v in payload.items() if v is not None}
+            if self.skip_stored:
+                stored = self._stored_values()
+                kept = {k: v for k, v in payload.items() if stored.get((step, k), _NONE) != v}
+                stats.skipped_resent += len(payload) - len(kept)
+                payload = kept
+                if not payload:
+                    continue
             try:
                 self._sink.log(payload, step)
             except Exception as exc:  # noqa: BLE001
@@ -234,6 +247,13 @@ class MetricPath:
                 )
                 ok = False
         return ok
+
+    def _stored_values(self) -> dict[tuple[int, str], Any]:
+        """The run's stored metric values by (step, key), read once (what ``skip_stored``
+        compares with; empty when storage cannot be read)."""
+        if self._stored is None:
+            self._stored = stored_metric_values(self._sink)
+        return self._stored
 
     def _value(self, key: str, value: Any) -> Any:
         from otel_trackio._core.metric_convert import Distribution

@@ -96,6 +96,8 @@ class RunSummary:
             f"otel-trackio: {stats.samples_logged} samples logged to {where}{steps}; "
             f"{stats.partial_samples} partial, {stats.samples_lost} lost"
         )
+        if stats.already_stored:
+            first += f"; {stats.already_stored} found stored already (kept once)"
         if stats.unusable_steps:
             first += f"; {stats.unusable_steps} not stored (no usable step)"
         if stats.spans_refused:

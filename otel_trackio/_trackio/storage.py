@@ -100,3 +100,28 @@ def stored_span_ids(
         )
         out.update(stored_span_key(trace, str(span.get("id"))) for span in spans)
     return out
+
+
+def stored_metric_values(sink: TrackioSink) -> dict[tuple[int, str], Any]:
+    """Every metric value stored in the sink's run, by (step, key): to store data read again
+    once (empty for a remote run, or when storage cannot be read now)."""
+    if is_remote(sink.run):
+        return {}
+    from trackio.sqlite_storage import SQLiteStorage
+
+    name, identity = _run_of(sink, None)
+    try:
+        rows = SQLiteStorage.get_logs(sink.project, name, run_id=identity)
+    except TypeError:  # a Trackio without run ids: by name
+        rows = SQLiteStorage.get_logs(sink.project, name)
+    except Exception as exc:  # noqa: BLE001 - unreadable now: nothing is skipped
+        _logger.warning("otel-trackio: could not read the run's metrics: %r", exc)
+        return {}
+    values: dict[tuple[int, str], Any] = {}
+    for row in rows:
+        step = row.get("step")
+        if isinstance(step, int):
+            for key, value in row.items():
+                if key not in ("step", "timestamp"):
+                    values[(step, key)] = value
+    return values

@@ -129,6 +129,9 @@ class Router:
             and the quiet route used least recently is closed to make room.
         route_idle_seconds: a route that got nothing for this long, nothing waiting in it, is
             closed (see :meth:`close_idle_routes`); None: never.
+        stored_once: metric values a run has stored already are not logged again (data read
+            again, ``otel-trackio ingest`` of a file ingested before; spans are always looked
+            up in the steps already stored).
         **options: settings by name, or ``trackio.init`` keywords for every run it starts.
     """
 
@@ -141,9 +144,11 @@ class Router:
         spool: Path | str | None = None,
         max_routes: int = DEFAULT_LIMITS.max_routes,
         route_idle_seconds: float | None = DEFAULT_LIMITS.route_idle_seconds,
+        stored_once: bool = False,
         **options: Any,
     ) -> None:
         chosen = split_options(options, settings)
+        self._stored_once = stored_once
         # A named run is continued when it exists (--name of an existing run resumes it), and
         # so are the runs of spooled data left by an unclean stop (see RunNames).
         if chosen.resume is None:
@@ -257,6 +262,8 @@ class Router:
             # A fresh context: no user run is "active" here, and trackio.init's context
             # variables stay out of the worker thread that happens to build the route.
             route = contextvars.Context().run(_route_engine, settings, self._store)
+            if self._stored_once and route.metrics is not None:
+                route.metrics.skip_stored = True
             self._routes[key] = route
             self._remember_name(key, route)
             if key != (self.project, self.name):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Collection
 
+from otel_trackio._engine.report import open_line
+from otel_trackio._trackio.installed import trackio_dir
 from otel_trackio.receiver._routing import Router
 from otel_trackio.receiver._stats import ReceiverTotals
+
+_logger = logging.getLogger(__name__)
 
 
 class Summary:
@@ -64,3 +69,27 @@ def troubles(totals: ReceiverTotals, only: Collection[str] | None = None) -> str
         if (only is None or key in only) and getattr(totals, key)
     ]
     return "".join(f", {part}" for part in parts)
+
+
+def report_runs(router: Router, report: Callable[[str], None]) -> None:
+    """The end-of-run summary of each run ``router`` logged into, then how to open them (the
+    same lines the in-process exporter prints); never raises."""
+    if not router.settings.summary:
+        return
+    try:
+        summaries = router.run_summaries()
+    except Exception as exc:  # noqa: BLE001 - a summary must never fail the stop
+        _logger.debug("otel-trackio: summary failed: %r", exc)
+        return
+    projects: list[str] = []
+    for summary in summaries:
+        said, _, *more = summary.lines()
+        for line in (said, *more):  # how to open them: once per project, below
+            report(line)
+        if summary.project not in projects:
+            projects.append(summary.project)
+    folder = trackio_dir()
+    settings = router.settings
+    server = settings.server_url or settings.space_id
+    for project in projects:
+        report(open_line(project, folder, server=server))

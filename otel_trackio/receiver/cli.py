@@ -160,6 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--project", default=None, help="the receiver's Trackio project")
     drain.add_argument("--name", default=None, help="the receiver's run name")
     drain.add_argument("--spool", default=None, help="the spool directory")
+    ingest = commands.add_parser(
+        "ingest",
+        help="read an OpenTelemetry Collector's file exporter output into a run, then exit",
+        description="Read the OTLP/JSON lines the Collector's file exporter wrote (traces, "
+        "metrics and logs; rotated and gzip-compressed files too; a folder: its .json/.jsonl "
+        "files, oldest first) into one Trackio run, as otel-trackio serve would have stored "
+        "them. A line that is no OTLP/JSON request is said and skipped. Ingesting a file again "
+        "stores nothing twice.",
+    )
+    ingest.add_argument("files", nargs="+", help="the Collector's output files (or folders)")
+    ingest.add_argument("--project", required=True, help="Trackio project")
+    ingest.add_argument("--name", default=None, help="Trackio run name (default: Trackio picks)")
     return parser
 
 
@@ -203,6 +215,41 @@ def _drain(args: argparse.Namespace) -> int:
         f"{totals.torn_entries} torn spool entries skipped, {totals.metrics} metrics logged"
     )
     return 0
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    try:
+        from otel_trackio._settings import TrackioSettings
+        from otel_trackio.receiver.ingest import ingest, progress_bar
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        from otel_trackio.receiver import missing_extra
+
+        print(f"otel-trackio ingest {missing_extra(exc)}", file=sys.stderr)
+        return 2
+    missing = [name for name in args.files if not Path(name).exists()]
+    if missing:
+        print(f"otel-trackio ingest: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    result = ingest(
+        args.files,
+        args.project,
+        args.name,
+        settings=TrackioSettings.from_env(),
+        report=_print,
+        progress=progress_bar(),
+    )
+    _print(
+        f"otel-trackio ingest: {_count(result.lines, 'line')} read, "
+        f"{_count(result.requests, 'request')}, {_count(result.malformed, 'line')} skipped"
+        + ("" if result.stored_everything else "; some data is left in the spool (drain it)")
+    )
+    return 0 if result.stored_everything else 1
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}" + ("" if number == 1 else "s")
 
 
 def _drain_abandoned(root: Path) -> int:
@@ -257,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "drain":
         return _drain(args)
+    if args.command == "ingest":
+        return _ingest(args)
     try:
         from otel_trackio._settings import TrackioSettings
         from otel_trackio._spool.segments import SpoolInUse

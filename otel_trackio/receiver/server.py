@@ -19,15 +19,13 @@ from typing import Any
 
 import uvicorn
 
-from otel_trackio._engine.report import open_line
 from otel_trackio._settings import TrackioSettings
-from otel_trackio._trackio.installed import trackio_dir
 from otel_trackio.receiver._body import BodyBudget
 from otel_trackio.receiver._grpc import GrpcListener
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
 from otel_trackio.receiver._protocol import guarded_protocol
 from otel_trackio.receiver._routing import Router
-from otel_trackio.receiver._summary import Summary, troubles
+from otel_trackio.receiver._summary import Summary, report_runs, troubles
 from otel_trackio.receiver.app import create_app
 
 _logger = logging.getLogger("otel_trackio.receiver")
@@ -390,27 +388,8 @@ class OTLPReceiver:
                 pass
 
     def _report_runs(self) -> None:
-        """The end-of-run summary of each run the receiver logged into, then how to open them
-        (the same lines the in-process exporter prints)."""
-        if not self.router.settings.summary:
-            return
-        try:
-            summaries = self.router.run_summaries()
-        except Exception as exc:  # noqa: BLE001 - a summary must never fail the stop
-            _logger.debug("otel-trackio: summary failed: %r", exc)
-            return
-        projects: list[str] = []
-        for summary in summaries:
-            said, _, *more = summary.lines()
-            for line in (said, *more):  # how to open them: once per project, below
-                self._report(line)
-            if summary.project not in projects:
-                projects.append(summary.project)
-        folder = trackio_dir()
-        settings = self.router.settings
-        server = settings.server_url or settings.space_id
-        for project in projects:
-            self._report(open_line(project, folder, server=server))
+        """The end-of-run summary of each run the receiver logged into, then how to open them."""
+        report_runs(self.router, self._report)
 
 
 def _bind(host: str, port: int, door: str = "", flag: str = "") -> socket.socket:
