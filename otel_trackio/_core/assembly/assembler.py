@@ -56,6 +56,7 @@ from otel_trackio._core.assembly.events import attach_events, placeholder
 from otel_trackio._core.assembly.grace import GracePolicy
 from otel_trackio._core.assembly.identity import Identifier
 from otel_trackio._core.assembly.memory import EmittedSamples, sent_again
+from otel_trackio._core.conventions import rl_frameworks
 from otel_trackio._core.conventions.mlflow import normalize_attributes
 from otel_trackio._core.records import LogEventRecord, SpanRecord
 from otel_trackio._core.samples import (
@@ -227,6 +228,7 @@ class SampleAssembler:
         out: list[Sample] = []
         candidates: list[SpanRecord] = []
         for record in records:
+            _speak_plainly(record, self.step_attribute, self.sample_attribute)
             if self._memory.went_out(record):
                 self.resent += 1  # sent again after its sample went out
                 continue
@@ -711,3 +713,19 @@ def _shows_other_processes(root: SpanRecord, spans: list[SpanRecord], is_tagged:
         and (span.parent_is_remote or (span.resource is not resource and span.resource != resource))
         for span in spans
     )
+
+
+def _speak_plainly(record: SpanRecord, step_attribute: str, sample_attribute: str) -> None:
+    """A span of an RL framework that traces in its own words (xtuner, ROLL, ``rl.*``) given
+    the step, sample and outcome attributes it means (see
+    :mod:`~otel_trackio._core.conventions.rl_frameworks`); others untouched."""
+    tags = rl_frameworks.sample_tags(
+        record.name, record.attributes, top=record.parent_id is None or record.parent_is_remote
+    )
+    if tags is None:
+        return
+    names = {rl_frameworks.STEP: step_attribute, rl_frameworks.SAMPLE: sample_attribute}
+    added = {names.get(key, key): value for key, value in tags.items()}
+    added = {key: value for key, value in added.items() if key not in record.attributes}
+    if added:
+        record.attributes = {**record.attributes, **added}
