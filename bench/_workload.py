@@ -200,6 +200,15 @@ def count_traces(project: str, run: str) -> int:
     return len(SQLiteStorage.get_traces(project, run))
 
 
+def proc_status_kb(field: str) -> int:
+    """A field of this process's ``/proc/self/status`` in kB (``VmRSS``, ``VmHWM``); 0 if absent."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
 def write_result(figure: str, measured: str, target: str, met: bool | None) -> None:
     """Hand a figure to bench/run_all.py (when it set ``BENCH_RESULTS``); stdout stays human."""
     path = os.environ.get("BENCH_RESULTS")

@@ -28,14 +28,6 @@ TARGET_ROW_BYTES = 16 * 1024
 WARMUP = 20
 
 
-def _rss_kb(field: str) -> int:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
 def _images(count: int) -> list[str]:
     """``count`` distinct PNGs of about 1 MB (noise does not compress), base64."""
     import base64
@@ -54,6 +46,7 @@ def _images(count: int) -> list[str]:
 
 
 def _child(samples: int, project: str) -> None:
+    import _workload as w
     from opentelemetry import trace
 
     import otel_trackio
@@ -65,7 +58,7 @@ def _child(samples: int, project: str) -> None:
     started = time.perf_counter()
     for i in range(samples):
         if i == WARMUP:
-            baseline = _rss_kb("VmRSS")
+            baseline = w.proc_status_kb("VmRSS")
         user = {"role": "user", "parts": [
             {"type": "text", "content": f"what is in picture {i}?"},
             {"type": "blob", "modality": "image", "mime_type": "image/png",
@@ -85,7 +78,7 @@ def _child(samples: int, project: str) -> None:
             with tracer.start_as_current_span("chat vlm", attributes=attributes):
                 pass
     rollout_seconds = time.perf_counter() - started
-    peak = _rss_kb("VmHWM")
+    peak = w.proc_status_kb("VmHWM")
     handle.shutdown()
     image_mb = len(images[0]) * 3 / 4 / 1e6
     print(json.dumps({

@@ -24,14 +24,6 @@ TARGET_MB = 50.0
 WARMUP_SPANS = 10_000
 
 
-def _proc_status_kb(field: str) -> int:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
 def _child(total_spans: int) -> None:
     import _workload as w
     from opentelemetry.sdk.resources import Resource
@@ -107,15 +99,15 @@ def _child(total_spans: int) -> None:
             sent += len(batch)
             batch = []
         if baseline_kb == 0 and sent >= WARMUP_SPANS:
-            baseline_kb = _proc_status_kb("VmRSS")
+            baseline_kb = w.proc_status_kb("VmRSS")
         if (i + 1) % every == 0:
             queued = len(getattr(exporter.run, "_queued_logs", ()))  # Trackio's write backlog
-            checkpoints.append((sent, _proc_status_kb("VmRSS") / 1024, queued))
+            checkpoints.append((sent, w.proc_status_kb("VmRSS") / 1024, queued))
     if batch:
         exporter.export(batch)
         sent += len(batch)
     stream_s = time.perf_counter() - t0
-    peak_kb = _proc_status_kb("VmHWM")
+    peak_kb = w.proc_status_kb("VmHWM")
     t1 = time.perf_counter()
     with w.quiet_stdout():
         exporter.shutdown()

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TRL_PYTHON, read_traces
@@ -98,6 +99,22 @@ def dashboard(demo_project: str) -> Iterator[str]:
         yield url
 
 
+@contextlib.contextmanager
+def _traces_page(url: str, height: int) -> Iterator[Any]:
+    """Headless Chromium (Debian's) on ``url``, a page ``height`` pixels tall; closed after."""
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": height})
+            page.set_default_timeout(30_000)
+            page.goto(url)
+            yield page
+        finally:
+            browser.close()
+
+
 def _text(page) -> str:
     """The page's visible text, whitespace collapsed (Trackio upper-cases some labels in CSS)."""
     return " ".join(page.inner_text("body").split())
@@ -109,6 +126,13 @@ _ROWS_IN_ORDER = """(questions) => {
         .map((cell) => cell.textContent.trim())
         .filter((text) => questions.includes(text));
     return shown.length === questions.length && shown.every((q, i) => q === questions[i]);
+}"""
+
+
+# True once the list shows ``count`` rows, all of step ``step`` (the Step column).
+_ONLY_STEP_ROWS = """({step, count}) => {
+    const rows = [...document.querySelectorAll("tr.trace-row")];
+    return rows.length === count && rows.every((row) => row.cells[3]?.textContent.trim() === step);
 }"""
 
 
@@ -144,90 +168,79 @@ def test_a_demo_sample_in_the_trackio_traces_page(demo_project, dashboard, tmp_p
     final_chat = [s for s in sample["spans"] if s["name"].startswith("chat ")][-1]
     total_tokens = sum(s["usage"]["total_tokens"] for s in sample["spans"] if "usage" in s)
 
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            page.set_default_timeout(30_000)
-            page.goto(f"{dashboard}/traces?project={demo_project}")
-            step_filter = page.locator("select", has=page.locator("option", has_text="All steps"))
-            step_filter.select_option("2")
-            sort = page.locator("select", has=page.locator("option", has_text="Oldest first"))
-            sort.select_option("request_time_asc")
-            # The step's rows in sample order (logged so; "Oldest first" lists a log call as
-            # logged), the stuck sample last: wait until the list is sorted so, whatever the
-            # order it showed first.
-            page.wait_for_function(_ROWS_IN_ORDER, arg=questions)
+    with _traces_page(f"{dashboard}/traces?project={demo_project}", 1300) as page:
+        step_filter = page.locator("select", has=page.locator("option", has_text="All steps"))
+        step_filter.select_option("2")
+        sort = page.locator("select", has=page.locator("option", has_text="Oldest first"))
+        sort.select_option("request_time_asc")
+        # The step's rows in sample order (logged so; "Oldest first" lists a log call as
+        # logged), the stuck sample last: wait until the list is sorted so, whatever the
+        # order it showed first.
+        page.wait_for_function(_ROWS_IN_ORDER, arg=questions)
 
-            # Each row's pill says what became of the sample: its reward, or "partial".
-            partial_row = page.locator("tr.trace-row", has_text=questions[7]).inner_text()
-            assert re.search(r"\bpartial\b", partial_row, re.IGNORECASE), partial_row
-            for q, reward in zip(questions[:7], rewards, strict=True):
-                row = page.locator("tr.trace-row", has_text=q).inner_text()
-                assert _pill(reward) in " ".join(row.split()).lower(), row
-                assert "success" not in row.lower(), row
+        # Each row's pill says what became of the sample: its reward, or "partial".
+        partial_row = page.locator("tr.trace-row", has_text=questions[7]).inner_text()
+        assert re.search(r"\bpartial\b", partial_row, re.IGNORECASE), partial_row
+        for q, reward in zip(questions[:7], rewards, strict=True):
+            row = page.locator("tr.trace-row", has_text=q).inner_text()
+            assert _pill(reward) in " ".join(row.split()).lower(), row
+            assert "success" not in row.lower(), row
 
-            # Expanded: the reward right after the sample's identity in the header, and the
-            # root span (selected by default) showing the question and the final answer.
-            page.get_by_text(question, exact=True).first.click()
-            page.get_by_text(re.compile(r"^execution$", re.IGNORECASE)).wait_for()
-            text = _text(page)
-            assert header in text, text
-            for noise in ("duration_ms", "span_count", "usage:", "trace_id", "validate"):
-                assert noise not in text, noise
-            root_panel = re.escape(f"{question} OUTPUT {answer}")
-            assert re.search(rf"SPAN rollout .*INPUT {root_panel}", text, re.IGNORECASE), text
-            for name in ("rollout", final_chat["name"], "execute_tool calculator", "reward"):
-                assert name in text, name
-            assert f"Tokens {total_tokens}" in text
+        # Expanded: the reward right after the sample's identity in the header, and the
+        # root span (selected by default) showing the question and the final answer.
+        page.get_by_text(question, exact=True).first.click()
+        page.get_by_text(re.compile(r"^execution$", re.IGNORECASE)).wait_for()
+        text = _text(page)
+        assert header in text, text
+        for noise in ("duration_ms", "span_count", "usage:", "trace_id", "validate"):
+            assert noise not in text, noise
+        root_panel = re.escape(f"{question} OUTPUT {answer}")
+        assert re.search(rf"SPAN rollout .*INPUT {root_panel}", text, re.IGNORECASE), text
+        for name in ("rollout", final_chat["name"], "execute_tool calculator", "reward"):
+            assert name in text, name
+        assert f"Tokens {total_tokens}" in text
 
-            # The picture: the step in sample order, the sample's header and question → answer.
-            sort.evaluate("el => el.scrollIntoView({block: 'start'})")
-            page.wait_for_timeout(300)
-            shot = tmp_path / "trace-view.png"
-            page.screenshot(path=str(shot))
+        # The picture: the step in sample order, the sample's header and question → answer.
+        sort.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(300)
+        shot = tmp_path / "trace-view.png"
+        page.screenshot(path=str(shot))
 
-            # The last model call: its own token counts and the answer it gave.
-            page.get_by_text(final_chat["name"], exact=True).nth(1).click()
-            page.get_by_text(re.compile(r"^generation$", re.IGNORECASE)).wait_for()
-            text = _text(page)
-            assert f"Input {final_chat['usage']['input_tokens']} tokens" in text
-            assert f"Output {final_chat['usage']['output_tokens']} tokens" in text
-            assert answer in text
+        # The last model call: its own token counts and the answer it gave.
+        page.get_by_text(final_chat["name"], exact=True).nth(1).click()
+        page.get_by_text(re.compile(r"^generation$", re.IGNORECASE)).wait_for()
+        text = _text(page)
+        assert f"Input {final_chat['usage']['input_tokens']} tokens" in text
+        assert f"Output {final_chat['usage']['output_tokens']} tokens" in text
+        assert answer in text
 
-            # The whole conversation, as Trackio renders it.
-            page.get_by_text("Conversation", exact=True).click()
-            conversation = _text(page)
-            assert f"USER {question}" in conversation
-            assert f"ASSISTANT {answer}" in conversation
-            assert "TOOL " in conversation
+        # The whole conversation, as Trackio renders it.
+        page.get_by_text("Conversation", exact=True).click()
+        conversation = _text(page)
+        assert f"USER {question}" in conversation
+        assert f"ASSISTANT {answer}" in conversation
+        assert "TOOL " in conversation
 
-            # The stuck sample, expanded: its pill and header say what happened.
-            page.get_by_text(questions[7], exact=True).first.click()
-            page.get_by_text(re.compile("partial_reason: flush")).wait_for()
-            assert "status: partial partial: true partial_reason: flush" in _text(page)
+        # The stuck sample, expanded: its pill and header say what happened.
+        page.get_by_text(questions[7], exact=True).first.click()
+        page.get_by_text(re.compile("partial_reason: flush")).wait_for()
+        assert "status: partial partial: true partial_reason: flush" in _text(page)
 
-            # Search by outcome: Trackio matches metadata values, and "reward=0" is one.
-            failed = [
-                q
-                for i, q in enumerate(questions)
-                if by_sample[(2, i)]["metadata"].get("reward") == 0
-            ]
-            assert failed and len(failed) < 7
-            scored = [q for q in questions if q not in failed]
-            page.get_by_placeholder("Search traces by request").fill("reward=0")
-            page.get_by_text(scored[0], exact=True).wait_for(state="hidden")
-            text = _text(page)
-            assert all(q in text for q in failed)
-            assert not any(q in text for q in scored)
+        # Search by outcome: Trackio matches metadata values, and "reward=0" is one.
+        failed = [
+            q for i, q in enumerate(questions) if by_sample[(2, i)]["metadata"].get("reward") == 0
+        ]
+        assert failed and len(failed) < 7
+        scored = [q for q in questions if q not in failed]
+        page.get_by_placeholder("Search traces by request").fill("reward=0")
+        page.get_by_text(scored[0], exact=True).wait_for(state="hidden")
+        text = _text(page)
+        assert all(q in text for q in failed)
+        assert not any(q in text for q in scored)
 
-            # The Media & Tables tab: per step, one table of its samples.
-            table_shot = tmp_path / "outcome-table.png"
-            _read_the_outcome_table(page, dashboard, demo_project, by_sample, table_shot)
-        finally:
-            browser.close()
+        # The Media & Tables tab: per step, one table of its samples.
+        table_shot = tmp_path / "outcome-table.png"
+        _read_the_outcome_table(page, dashboard, demo_project, by_sample, table_shot)
 
     for picture, target in ((shot, SCREENSHOT), (table_shot, TABLE_SCREENSHOT)):
         assert picture.stat().st_size > 10_000
@@ -296,37 +309,30 @@ def test_a_trl_completion_in_the_traces_page(project, trackio_dir, tmp_path):
         f"advantage: {shown['advantage']} reward.brevity: {shown['reward.brevity']} "
         f"reward.judge: {shown['reward.judge']} status: reward {meta['reward']:g} group: 0"
     )
-    with _show(project) as url, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.set_default_timeout(30_000)
-            page.goto(f"{url}/traces?project={project}")
-            step_filter = page.locator("select", has=page.locator("option", has_text="All steps"))
-            step_filter.select_option("2")
-            sort = page.locator("select", has=page.locator("option", has_text="Oldest first"))
-            sort.select_option("request_time_asc")
-            page.locator("tr.trace-row", has_text=f"reward {meta['reward']:g}").first.wait_for()
-            rows = page.locator("tr.trace-row").all_inner_texts()
-            assert len(rows) == 4, rows  # the step's four completions
-            page.locator("tr.trace-row").nth(1).click()
-            page.get_by_text(re.compile(r"^execution$", re.IGNORECASE)).wait_for()
-            text = _text(page)
-            assert header in text, text
-            for name in ("trl.completion", "generate", "judge"):
-                assert name in text, name
-            usage = next(s["usage"] for s in sample["spans"] if s["name"] == "generate")
-            assert f"Tokens {usage['total_tokens']}" in text
-            sort.evaluate("el => el.scrollIntoView({block: 'start'})")
-            page.wait_for_timeout(300)
-            shot = tmp_path / "trl-trace.png"
-            page.screenshot(path=str(shot))
-            page.get_by_text("Conversation", exact=True).click()
-            assert f"USER {prompt}" in _text(page)
-        finally:
-            browser.close()
+    with _show(project) as url, _traces_page(f"{url}/traces?project={project}", 1100) as page:
+        step_filter = page.locator("select", has=page.locator("option", has_text="All steps"))
+        step_filter.select_option("2")
+        sort = page.locator("select", has=page.locator("option", has_text="Oldest first"))
+        sort.select_option("request_time_asc")
+        # The step's four completions, once the page shows only them (it re-renders as its
+        # data comes: later on a busy machine).
+        page.wait_for_function(_ONLY_STEP_ROWS, arg={"step": "2", "count": 4})
+        rows = page.locator("tr.trace-row").all_inner_texts()
+        assert len(rows) == 4, rows
+        page.locator("tr.trace-row").nth(1).click()
+        page.get_by_text(re.compile(r"^execution$", re.IGNORECASE)).wait_for()
+        text = _text(page)
+        assert header in text, text
+        for name in ("trl.completion", "generate", "judge"):
+            assert name in text, name
+        usage = next(s["usage"] for s in sample["spans"] if s["name"] == "generate")
+        assert f"Tokens {usage['total_tokens']}" in text
+        sort.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(300)
+        shot = tmp_path / "trl-trace.png"
+        page.screenshot(path=str(shot))
+        page.get_by_text("Conversation", exact=True).click()
+        assert f"USER {prompt}" in _text(page)
     if not TRL_SCREENSHOT.exists() or os.environ.get("UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(shot, TRL_SCREENSHOT)
 
@@ -387,30 +393,21 @@ def test_an_image_and_an_evaluation_in_the_traces_page(project, tmp_path):
     drawn = stored["messages"][0]["content"][1]
     assert drawn["_type"] == "trackio.image", drawn
 
-    with _show(project) as url, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
+    with _show(project) as url, _traces_page(f"{url}/traces?project={project}", 1000) as page:
+        row = page.locator("tr.trace-row", has_text=question)
+        row.wait_for()
+        assert "correctness 1" in " ".join(row.inner_text().split()).lower()
+        row.click()
+        page.get_by_text("Conversation", exact=True).click()
+        image_element = page.locator("img[src*='.png']").first
+        image_element.wait_for()
+        page.wait_for_function(
+            "(img) => img.complete && img.naturalWidth > 0", arg=image_element.element_handle()
         )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(30_000)
-            page.goto(f"{url}/traces?project={project}")
-            row = page.locator("tr.trace-row", has_text=question)
-            row.wait_for()
-            assert "correctness 1" in " ".join(row.inner_text().split()).lower()
-            row.click()
-            page.get_by_text("Conversation", exact=True).click()
-            image_element = page.locator("img[src*='.png']").first
-            image_element.wait_for()
-            page.wait_for_function(
-                "(img) => img.complete && img.naturalWidth > 0", arg=image_element.element_handle()
-            )
-            text = _text(page)
-            assert "correctness: 1 status: correctness 1 correctness.label: correct" in text, text
-            page.wait_for_timeout(300)
-            shot = tmp_path / "image-evaluation.png"
-            page.screenshot(path=str(shot))
-        finally:
-            browser.close()
+        text = _text(page)
+        assert "correctness: 1 status: correctness 1 correctness.label: correct" in text, text
+        page.wait_for_timeout(300)
+        shot = tmp_path / "image-evaluation.png"
+        page.screenshot(path=str(shot))
     if not IMAGE_SCREENSHOT.exists() or os.environ.get("UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(shot, IMAGE_SCREENSHOT)
