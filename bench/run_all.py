@@ -40,6 +40,7 @@ def plan(full: bool) -> list[tuple[str, list[str]]]:
         ("bench_spool_fsync.py", ["--appends", "2000" if full else "500"]),
         ("bench_hostile.py", []),
         ("bench_images.py", ["--samples", "1000" if full else "300"]),
+        ("bench_ingest.py", ["--mb", "100" if full else "20"]),
         ("bench_verl.py", ["--samples", "1000" if full else "250", "--rounds", "3"]),
     ]
 
