@@ -77,6 +77,10 @@ OTEL_EXPORTER_TRACKIO_OUTCOME_TABLE_KEY = "OTEL_EXPORTER_TRACKIO_OUTCOME_TABLE_K
 """Trackio key of the per-step outcome table (Media & Tables tab); ``none``/``off``: no table.
 Default ``rollout/outcomes``."""
 
+OTEL_EXPORTER_TRACKIO_STEP_DURATIONS_KEY = "OTEL_EXPORTER_TRACKIO_STEP_DURATIONS_KEY"
+"""Trackio key prefix of a step's own spans' durations (``<key>/<span name>``, seconds);
+``none``/``off``: those spans are a Trace of their own. Default ``step_time``."""
+
 OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP = "OTEL_EXPORTER_TRACKIO_MAX_SAMPLES_PER_STEP"
 """Keep at most this many samples per step in this process (a ``StepSampler``). Default: all."""
 

@@ -250,6 +250,10 @@ class TrackioSettings:
             the first one a finished sample has is written in its status pill (``reward 1``).
         outcome_table_key: the key of the per-step outcome table, a ``trackio.Table`` of one
             row per sample in the Media & Tables tab (None: no table).
+        step_durations_key: the spans of a step around its samples (a step-level span's other
+            children: ``generate``, ``update_actor``, a framework's phases) are logged as their
+            durations in seconds at that step, one scalar ``<key>/<span name>`` each (spans of
+            one name summed), a plot beside the loss; None: a Trace of their own instead.
         step_attribute, sample_attribute: span attribute names of the step and sample index.
         sample_ttl_seconds: a trace idle this long is logged as partial.
         sample_grace_seconds: how long a completed sample waits for spans and GenAI log events of
@@ -320,6 +324,9 @@ class TrackioSettings:
     )
     outcome_table_key: str | None = _setting(
         "rollout/outcomes", _KEY_OR_OFF, env.OTEL_EXPORTER_TRACKIO_OUTCOME_TABLE_KEY
+    )
+    step_durations_key: str | None = _setting(
+        "step_time", _KEY_OR_OFF, env.OTEL_EXPORTER_TRACKIO_STEP_DURATIONS_KEY
     )
     step_attribute: str = _setting("step", _TEXT, env.OTEL_EXPORTER_TRACKIO_STEP_ATTRIBUTE)
     sample_attribute: str = _setting(

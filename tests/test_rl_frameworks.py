@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from conftest import read_traces
+from conftest import read_logs, read_traces
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -130,9 +130,14 @@ def test_roll_from_its_collector_files_is_a_sample_per_trajectory_at_the_pipelin
         assert (
             t["metadata"]["group"] == f"g{t['step']}-{int(t['metadata']['sample_index'][-1]) // 2}"
         )
-    # What is left of each pipeline step (the step's own spans) is at that step, apart.
-    rest = [t for t in traces if t["metadata"].get("sample_index") is None]
-    assert sorted(t["step"] for t in rest) == [0, 1]
+    # The pipeline step's own spans are its phases' durations at that step, not a Trace.
+    assert len(traces) == len(trajectories)
+    phases = ("pipeline_step", "get_batch", "compute_advantage", "train", "model_update")
+    rows = [row for row in read_logs(project, "collected") if "step_time/train" in row]
+    assert sorted(row["step"] for row in rows) == [0, 1]
+    for row in rows:
+        assert all(isinstance(row[f"step_time/{phase}"], float) for phase in phases), row
+        assert row["step_time/pipeline_step"] >= row["step_time/get_batch"]
 
 
 def test_the_proposed_rl_conventions_name_the_step_sample_and_reward(project, start_receiver):
@@ -155,3 +160,36 @@ def test_the_proposed_rl_conventions_name_the_step_sample_and_reward(project, st
         (7, "p-2"),
     ]
     assert sorted(t["metadata"]["reward"] for t in traces) == [0.0, 0.5, 1.0]
+
+
+def test_a_steps_own_spans_are_durations_at_that_step_or_a_trace(project):
+    """A user's step-level span around its samples, with phases of its own (``update_actor``):
+    the samples are Traces, the step's own spans scalars ``step_time/<name>`` at that step;
+    with ``step_durations_key=None``, a Trace of their own instead."""
+    from opentelemetry import trace
+
+    import otel_trackio
+
+    for run, key in (("timed", "step_time"), ("traced", None)):
+        handle = otel_trackio.configure(project, run, step_durations_key=key)
+        tracer = trace.get_tracer("trainer")
+        for step in (1, 2):
+            with tracer.start_as_current_span("train_step", attributes={"step": step}):
+                for index in range(2):
+                    with otel_trackio.rollout(step, index):
+                        pass
+                with tracer.start_as_current_span("update_actor"):
+                    pass
+        handle.shutdown()
+    timed = read_traces(project, "timed")
+    assert sorted((t["step"], t["metadata"]["sample_index"]) for t in timed) == [
+        (1, 0), (1, 1), (2, 0), (2, 1)
+    ]  # fmt: skip
+    rows = [row for row in read_logs(project, "timed") if "step_time/update_actor" in row]
+    assert sorted(row["step"] for row in rows) == [1, 2]
+    assert all(row["step_time/train_step"] >= row["step_time/update_actor"] for row in rows)
+    traced = read_traces(project, "traced")
+    assert len(traced) == 6  # the four samples and each step's own spans
+    steps_own = [t for t in traced if t["metadata"].get("sample_index") is None]
+    assert sorted(t["step"] for t in steps_own) == [1, 2]
+    assert not any("step_time/update_actor" in row for row in read_logs(project, "traced"))

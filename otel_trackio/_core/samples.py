@@ -41,6 +41,9 @@ class SampleIdentity:
     unusable_step: Any = None
     stepless: bool = False
     """Neither the sample nor an ancestor carried a step: ``step`` is the latest one seen, or 0."""
+    step_spans: bool = False
+    """No sample: the spans of a step around the samples split out of it (a step-level span and
+    its other children), whose durations are logged rather than a Trace."""
 
     @property
     def partial(self) -> bool:

@@ -107,3 +107,15 @@ def by_step(
     for converted in steps.values():
         converted.sort(key=lambda pair: sample_order(pair[0]))
     return steps
+
+
+def step_durations(samples: Iterable[Sample], key: str) -> dict[int, dict[str, float]]:
+    """Each step's own spans (samples marked ``step_spans``) as ``{"<key>/<name>": seconds}``:
+    a span's duration, spans of one name summed."""
+    out: dict[int, dict[str, float]] = {}
+    for sample in samples:
+        values = out.setdefault(sample.identity.step, {})
+        for span in sample.spans:
+            name = f"{key}/{span.name}"
+            values[name] = values.get(name, 0.0) + max(0, span.end_ns - span.start_ns) / 1e9
+    return out

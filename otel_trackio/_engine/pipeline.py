@@ -33,6 +33,7 @@ from otel_trackio._engine.batches import (
     Converter,
     by_step,
     in_parts,
+    step_durations,
 )
 from otel_trackio._engine.expiry import ExpiryTimer
 from otel_trackio._engine.gate import Gate
@@ -527,6 +528,10 @@ class TracePipeline:
             fresh = [kept for kept in map(self.stored_filter, samples) if kept is not None]
             self.stats.already_stored += len(samples) - len(fresh)
             samples = fresh
+        durations_key = self.settings.step_durations_key
+        if durations_key is not None and any(s.identity.step_spans for s in samples):
+            self._log_step_durations(durations_key, [s for s in samples if s.identity.step_spans])
+            samples = [s for s in samples if not s.identity.step_spans]
         batches = by_step(samples, self._convert, beside_rollout=self._beside_rollout)
         evicted = sum(1 for sample in samples if sample.identity.partial_reason == "capacity")
         if evicted:
@@ -560,6 +565,18 @@ class TracePipeline:
             self._outcomes.note(step, traces)
         self._outcomes.log(flush=False)
         return ok
+
+    def _log_step_durations(self, key: str, samples: list[Sample]) -> None:
+        """The spans of steps around their samples as scalars: ``<key>/<span name>``, their
+        durations in seconds (spans of one name summed), one log entry per step, written with
+        the Traces."""
+        for step, values in step_durations(samples, key).items():
+            try:
+                self.sink.log(values, step)
+            except Exception as exc:  # noqa: BLE001
+                self._warn("durations", f"trackio log of step {step}'s durations failed: {exc!r}")
+                continue
+            self.stats.step_durations_logged += len(values)
 
     def _write(self, timeout_seconds: float) -> bool:
         """Make what was logged durable in Trackio's storage (lock held; see

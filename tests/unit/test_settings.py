@@ -226,6 +226,7 @@ VARIABLE_VALUES: dict[str, tuple[str, object, object]] = {
     "key": ("env/traces", "env/traces", "rollout/traces"),
     "outcome_attributes": ("score, passed", ("score", "passed"), ("reward",)),
     "outcome_table_key": ("none", None, "rollout/outcomes"),
+    "step_durations_key": ("phase_time", "phase_time", None),
     "step_attribute": ("iteration", "iteration", "step"),
     "sample_attribute": ("rollout_index", "rollout_index", "sample_index"),
     "sample_ttl_seconds": ("12.5", 12.5, 300.0),

@@ -82,6 +82,7 @@ class _Held:
     waits_for_step: bool
     ancestor_step: Any = None
     completed: float = 0.0
+    step_spans: bool = False  # no sample: a step's spans around the samples split out of it
 
 
 @dataclass(slots=True)
@@ -459,6 +460,11 @@ class SampleAssembler:
         held = _Held(
             root.trace_id, root, spans, now + self.grace.hold_seconds, waits, completed=now
         )
+        # An untagged root whose trace gave samples of their own is the step around them.
+        held.step_spans = not is_tagged and (
+            self._memory.sent_samples_of(root.trace_id)
+            or any(self.sample_attribute in h.root.attributes for h in trace.held.values())
+        )
         trace.held[root.span_id] = held
         for span in spans:
             trace.held_spans[span.span_id] = held
@@ -576,6 +582,8 @@ class SampleAssembler:
             spans = [*spans, *self._take_pending(trace)]
             self._forget_if_empty(held.trace_id, trace)
         identity = self._identifier.identify(spans, held.root, ancestor_step=held.ancestor_step)
+        if held.step_spans:
+            identity = dataclasses.replace(identity, step_spans=True)
         self._memory.remember(spans, identity)
         return Sample(spans, held.root, identity)
 

@@ -58,6 +58,10 @@ class EmittedSamples:
         """True when this GenAI log event went out already, on its span."""
         return _event_key(event.trace_id, event.span_id, event.event) in self._events
 
+    def sent_samples_of(self, trace_id: int) -> bool:
+        """True when samples of ``trace_id`` went out (as far as remembered)."""
+        return trace_id in self._traces
+
     def only_sample_of(self, trace_id: int) -> SampleIdentity | None:
         """The one sample logged from ``trace_id`` (None: none, or several)."""
         known = self._traces.get(trace_id)
