@@ -18,6 +18,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_ingest import collector_line, ingest
 
+from otel_trackio._core.convert import NO_TEXT_NOTE
+
 
 def _xtuner_rollout(provider: TracerProvider, step: int, rollout_id: int) -> None:
     """One xtuner sample: its agent loop, the controller's and a worker's generate, the judger;
@@ -68,6 +70,8 @@ def test_xtuner_over_grpc_is_a_sample_per_rollout_at_its_step(project, start_rec
         assert meta["status"] == f"reward {rollout_id % 2}"
         assert meta["group"] == rollout_id // 2
         assert meta["reward.pass"] is (rollout_id % 2 == 1)
+        # xtuner records no text: said in the header rather than an empty conversation.
+        assert t["messages"] == [] and meta["text"] == NO_TEXT_NOTE
         assert sorted(s["name"] for s in t["spans"]) == [
             "judger.run",
             "rollout.controller.generate",
@@ -127,6 +131,7 @@ def test_roll_from_its_collector_files_is_a_sample_per_trajectory_at_the_pipelin
     for t in trajectories:
         names = Counter(s["name"] for s in t["spans"])
         assert names == {"trajectory": 1, "generate": 2, "step": 2}, names
+        assert t["metadata"]["text"] == NO_TEXT_NOTE
         assert (
             t["metadata"]["group"] == f"g{t['step']}-{int(t['metadata']['sample_index'][-1]) // 2}"
         )

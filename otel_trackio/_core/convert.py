@@ -122,13 +122,13 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     fields = user_fields(
         spans, facts, root, settings, one_rollout=sample.identity.sample_index is not None
     )
-    trace = storable(
-        {
-            "messages": messages,
-            "spans": span_dicts,
-            "metadata": _translate_metadata(sample, spans, span_dicts, fields, settings),
-        }
-    )
+    metadata = _translate_metadata(sample, spans, span_dicts, fields, settings)
+    if not messages and len(span_dicts) > 1 and not any(
+        "input" in d or "output" in d for d in span_dicts
+    ):
+        # An empty conversation would read as lost content: say there was none to read.
+        metadata = _with_text_note(metadata)
+    trace = storable({"messages": messages, "spans": span_dicts, "metadata": metadata})
     if media:  # the images the sink saves as Trackio image files (never stored as text)
         trace[MEDIA_KEY] = media
     return trace
@@ -156,6 +156,20 @@ def _agent_messages(
                 held.extend(call.output_messages or ())
             return prompt, held
     return None, None
+
+
+NO_TEXT_NOTE = "none recorded: these spans carry no prompt or response text"
+"""The header's ``text`` of a sample whose spans hold no message, input or output (xtuner and
+ROLL record none): said rather than an empty conversation left to puzzle over."""
+
+
+def _with_text_note(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` with ``text`` (:data:`NO_TEXT_NOTE`) before its ``search``."""
+    out = {k: v for k, v in metadata.items() if k != "search"}
+    out.setdefault("text", NO_TEXT_NOTE)
+    if "search" in metadata:
+        out["search"] = metadata["search"]
+    return out
 
 
 def bare_trace(sample: Sample, error: str) -> TraceDict:
