@@ -17,6 +17,7 @@ from otel_trackio._engine.stats import ExportStats
 from otel_trackio._plan import plan_run
 from otel_trackio._settings import TrackioSettings, activate_first, settings_for
 from otel_trackio._trackio.installed import RunLike, trackio_dir
+from otel_trackio._trackio.runs import split_from
 from otel_trackio._wiring import SpanWiring, build_spans, observe
 from otel_trackio.sampling import StepSampler
 
@@ -231,4 +232,15 @@ class TrackioSpanExporter(SpanExporter):
             not_traced=sampler.dropped_samples if sampler is not None else None,
             max_samples_per_step=sampler.max_samples_per_step if sampler is not None else None,
             server=self.settings.server_url or self.settings.space_id,
+            split=self._split(),
         )
+
+    def _split(self) -> str | None:
+        """What to say of the run being one of several of its name: the writer's finding when
+        offloaded, else read from storage now (a run opened or borrowed here)."""
+        if self._offload is not None:
+            return self._offload.split
+        try:
+            return split_from(self._sink.run) if self._sink.opened else None
+        except Exception:  # noqa: BLE001 - a summary never fails a shutdown
+            return None

@@ -126,6 +126,37 @@ def test_spans_the_spool_refused_are_in_the_summary_and_storage_agrees(project, 
     assert logged + refused // 2 <= 200  # each refused sample had two spans
 
 
+def test_a_run_that_is_one_of_several_of_its_name_is_said_in_the_summary(project, trackio_dir):
+    """Two runs of one name already (``resume="never"``, as some trainers force): whichever one
+    ``configure()`` continues, its summary says so, naming the runs, offloaded or not."""
+    script = textwrap.dedent(
+        f"""
+        import trackio
+        for _ in range(2):
+            trackio.init(project={project!r}, name="twice", resume="never")
+            trackio.log({{"loss": 1.0}})
+            trackio.finish()
+        import otel_trackio
+        from opentelemetry import trace
+        handle = otel_trackio.configure({project!r}, "twice", offload=OFFLOAD)
+        with trace.get_tracer("t").start_as_current_span(
+            "rollout", attributes={{"step": 0, "sample_index": 0}}
+        ):
+            pass
+        handle.shutdown()
+        """
+    )
+    for offload in (True, False):
+        result = run_python(script.replace("OFFLOAD", str(offload)), trackio_dir)
+        assert result.returncode == 0, result.stderr
+        lines = _summary_lines(result.stderr)
+        said = [line for line in lines if "runs named 'twice'" in line]
+        # Once as a warning when the run is opened, once more in the summary's last lines.
+        assert len(said) == 2, lines
+        summary = next(i for i, line in enumerate(lines) if "samples logged to" in line)
+        assert any("runs named 'twice'" in line for line in lines[summary:]), lines
+
+
 def test_the_summary_can_be_turned_off(project, trackio_dir):
     script = RUN.format(project=project, extra={"offload": False, "summary": False})
     result = run_python(script, trackio_dir)

@@ -80,6 +80,8 @@ class RunSummary:
     max_samples_per_step: int | None = None
     server: str | None = None
     """The Trackio server (URL or Space id) the run logs to; None: local storage."""
+    split: str | None = None
+    """What to say when the run is one of several of its name (see ``split_from``)."""
 
     def lines(self, trackio_dir: str | Path | None = None) -> list[str]:
         """The two lines: what was logged, then how to open it; a third when no sample carried
@@ -110,6 +112,8 @@ class RunSummary:
             if self.max_samples_per_step is not None:
                 first += f" (max_samples_per_step={self.max_samples_per_step})"
         lines = [first, open_line(self.project, trackio_dir, server=self.server)]
+        if self.split:
+            lines.append(f"otel-trackio: {self.split}")
         if stats.samples_logged and stats.samples_without_step == stats.samples_logged:
             lines.append(
                 f"otel-trackio: none of the {stats.samples_logged} samples carried a step, so they "

@@ -53,6 +53,7 @@ from otel_trackio._offload.protocol import (
     FINISH_FLAG,
     FINISHING_FILE,
     OPEN_FAILED,
+    SPLIT_FILE,
     OpenedReport,
     WriterConfig,
     encode_config,
@@ -236,6 +237,8 @@ class OffloadClient:
         self._flushes = 0
         self._expects_logs = False
         self._final: Checkpoint | None = None
+        self.split: str | None = None
+        """What the writer said of its run being one of several of its name (None: not)."""
         self._next_writer_check = 0.0
         self._warn = Warnings()
         self.spans_spooled = 0
@@ -469,6 +472,10 @@ class OffloadClient:
         self._closing = True
         if drained:  # the writer's last counters, before the spool (all in Trackio) goes
             self._final = load_checkpoint(self.path)
+        split = self.path / SPLIT_FILE
+        if split.exists():  # the writer found its run is not the only one of its name
+            with contextlib.suppress(OSError):
+                self.split = split.read_text(errors="replace")
         process = self._process
         if not drained:
             self._say_what_is_left(time.monotonic() - started)

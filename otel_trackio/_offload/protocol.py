@@ -29,6 +29,9 @@ from otel_trackio._trackio.runs import OpenedElsewhere
 
 CONFIG_FILE = "writer.config"
 OPENED_FILE = "opened.json"
+SPLIT_FILE = "split.txt"
+"""Written by the writer when its run is not the only run of its name (what to say, in the
+rollout process's summary too)."""
 """What the writer reports once it has the run: ``{"name", "id", "banner"}`` (``banner``: what
 ``trackio.init`` printed, for the rollout's terminal), or ``{"error"}``."""
 FINISHING_FILE = "finishing"

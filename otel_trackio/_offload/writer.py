@@ -51,6 +51,7 @@ from otel_trackio._offload.protocol import (
     FINISHING_FILE,
     OPEN_FAILED,
     OPENED_FILE,
+    SPLIT_FILE,
     STOPPED,
     WriterConfig,
     decode_config,
@@ -101,6 +102,7 @@ def _open_run(path: Path, config: WriterConfig, plan: RunPlan) -> TrackioSink:
     split = split_from(sink.run)
     if split is not None:
         _logger.warning("otel-trackio: %s", split)
+        write_atomically(path / SPLIT_FILE, split.encode())
     if not joining:  # a restart joins this run rather than opening another one
         opened = dataclasses.replace(config, name=sink.run_name, run_id=sink.run_id)
         write_atomically(path / CONFIG_FILE, encode_config(opened))
