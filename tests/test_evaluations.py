@@ -84,3 +84,28 @@ def test_evaluations_are_in_the_header_the_search_and_the_outcome_table(project,
     for row in rows:
         assert (row["correctness"], row["fluency"], row["tone"]) == (0.25, 0.9, "polite")
         assert list(row)[-6:] == ["status", "detail", "answer", "turns", "tokens", "latency_ms"]
+
+
+def test_a_judges_evaluation_naming_the_response_goes_on_that_model_call(project):
+    """A judge running in its own span reports on a model call by its ``gen_ai.response.id``:
+    the score is in the sample's header, the evaluation (and its explanation) on that call."""
+    handle = otel_trackio.configure(project, "judged")
+    tracer = trace.get_tracer("test")
+    logger = otel_logs.get_logger("judge")
+    with tracer.start_as_current_span("rollout", attributes={"step": 0, "sample_index": 0}):
+        with tracer.start_as_current_span(
+            "chat m", attributes={**CHAT, "gen_ai.response.id": "r-1"}
+        ):
+            pass
+        with tracer.start_as_current_span("judge"):
+            verdict = {**_evaluation("correctness", 1.0), "gen_ai.response.id": "r-1"}
+            logger.emit(
+                otel_logs.LogRecord(event_name="gen_ai.evaluation.result", attributes=verdict)
+            )
+    handle.shutdown()
+    ((t),) = read_traces(project, "judged")
+    assert t["metadata"]["correctness"] == 1.0
+    by_name = {s["name"]: s for s in t["spans"]}
+    (event,) = by_name["chat m"]["metadata"]["events"]
+    assert event["attributes"]["gen_ai.evaluation.explanation"] == "why correctness"
+    assert "events" not in by_name["judge"]["metadata"]

@@ -6,6 +6,7 @@ Pure: plain data in, plain dicts out, no Trackio import (``_trackio`` logs the d
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from otel_trackio._core.assembly import ROLLOUT_N_ATTRIBUTE, VALIDATE_ATTRIBUTE
@@ -13,7 +14,7 @@ from otel_trackio._core.conventions import SpanFacts, ai_sdk, dialects, otel_gen
 from otel_trackio._core.conversation import build_conversation, settle_model_calls
 from otel_trackio._core.media import MEDIA_KEY, MediaTable, take_media
 from otel_trackio._core.metric_convert import format_attribute
-from otel_trackio._core.records import UNFINISHED, SpanRecord
+from otel_trackio._core.records import UNFINISHED, EventRecord, SpanRecord
 from otel_trackio._core.samples import Sample
 from otel_trackio._core.values import as_text, attribute_json, cut_text, limit, storable
 from otel_trackio._settings import TrackioSettings
@@ -95,7 +96,7 @@ _iso_second: tuple[int | None, str] = (None, "")
 def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> TraceDict:
     """Convert one sample to a Trace dict (logged at ``sample.identity.step``)."""
     settings = settings or TrackioSettings()
-    spans = sorted(sample.spans, key=lambda s: (s.start_ns, s.end_ns))
+    spans = sorted(_evaluations_on_their_calls(sample.spans), key=lambda s: (s.start_ns, s.end_ns))
     ids = {s.span_id for s in spans}
     root = sample.root
     facts = [read_span_facts(s, settings) for s in spans]
@@ -156,6 +157,38 @@ def _agent_messages(
                 held.extend(call.output_messages or ())
             return prompt, held
     return None, None
+
+
+_RESPONSE_ID = "gen_ai.response.id"
+
+
+def _evaluations_on_their_calls(spans: list[SpanRecord]) -> list[SpanRecord]:
+    """``spans`` with each evaluation result that names a model call of the sample by its
+    ``gen_ai.response.id`` (a judge's record, sent with its own span's context) moved onto that
+    call's span, where its explanation belongs; the records are copied, never changed."""
+    calls = {
+        span.attributes[_RESPONSE_ID]: span.span_id
+        for span in spans
+        if isinstance(span.attributes.get(_RESPONSE_ID), str)
+    }
+    if not calls:
+        return spans
+    moving: dict[int, list[EventRecord]] = {}
+    leaving: dict[int, list[EventRecord]] = {}
+    for span in spans:
+        for event in span.events:
+            target = calls.get(event.attributes.get(_RESPONSE_ID))
+            if event.name == otel_genai.EVALUATION_EVENT and target not in (None, span.span_id):
+                moving.setdefault(target, []).append(event)
+                leaving.setdefault(span.span_id, []).append(event)
+    if not moving:
+        return spans
+    out = []
+    for span in spans:
+        events = [e for e in span.events if e not in leaving.get(span.span_id, ())]
+        events += moving.get(span.span_id, [])
+        out.append(span if events == list(span.events) else replace(span, events=tuple(events)))
+    return out
 
 
 NO_TEXT_NOTE = "none recorded: these spans carry no prompt or response text"
