@@ -117,7 +117,7 @@ def test_spans_the_spool_refused_are_in_the_summary_and_storage_agrees(project, 
     result = run_python(script, trackio_dir)
     assert result.returncode == 0, result.stderr
     lines = _summary_lines(result.stderr)
-    assert sum("spool full" in line and "spans refused" in line for line in lines) == 1, lines
+    assert sum("spool full" in line and "spans lost" in line for line in lines) == 1, lines
     [summary] = [line for line in lines if "samples logged to" in line]
     found = re.search(r"(\d+) samples logged .*; (\d+) spans refused before the spool", summary)
     assert found is not None, summary

@@ -11,7 +11,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-from conftest import read_traces
+from conftest import read_traces, wait_until
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
@@ -64,13 +64,13 @@ def test_spans_are_encoded_as_they_end_and_spooled_by_the_processors_own_thread(
     chunks, from the spooler's thread (whole batches) or the flush (the rest); every sample is
     stored once, whole, however the chunks cut its spans."""
     spooled_from: list[tuple[str, int]] = []
-    real = offload_client.OffloadClient.spool_spans
+    real = offload_client.OffloadClient.try_spool_spans
 
-    def spool_spans(self: Any, payloads: Any, spans: int) -> bool:
+    def try_spool_spans(self: Any, payloads: Any, spans: int) -> Any:
         spooled_from.append((threading.current_thread().name, spans))
-        return bool(real(self, payloads, spans))
+        return real(self, payloads, spans)
 
-    monkeypatch.setattr(offload_client.OffloadClient, "spool_spans", spool_spans)
+    monkeypatch.setattr(offload_client.OffloadClient, "try_spool_spans", try_spool_spans)
     provider, _, exporter = _provider(project, "chunks", max_export_batch_size=128)
     exported: list[int] = []
     monkeypatch.setattr(exporter, "export", lambda spans: exported.append(len(spans)))
@@ -102,16 +102,17 @@ def test_spans_ended_on_many_threads_are_each_stored_once(project):
     )
 
 
-def test_a_write_failing_half_way_refuses_its_spans_and_stores_the_rest_once(project, monkeypatch):
+def test_a_write_failing_half_way_keeps_its_spans_and_stores_everything_once(
+    project, monkeypatch
+):
     """The disk fills during one append of chunks: half its bytes reach the segment, then
-    ENOSPC. Those spans are refused and counted; the spool is cut back, so no torn entry and
-    nothing twice; what came before and after is stored, whole."""
+    ENOSPC. The spool is cut back (no torn entry); those spans wait in memory and go with the
+    next append, once there is room: every sample stored, once, nothing refused."""
     real = spool_segments._write_all
-    calls = [0]
+    full = [False]
 
     def write(handle: Any, *buffers: bytes) -> None:
-        calls[0] += 1
-        if calls[0] == 2:
+        if full[0]:
             data = b"".join(bytes(b) for b in buffers)
             os.write(handle.fileno(), data[: len(data) // 2])
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -121,14 +122,46 @@ def test_a_write_failing_half_way_refuses_its_spans_and_stores_the_rest_once(pro
     provider, processor, exporter = _provider(project, "enospc", schedule_delay_millis=600_000)
     for step in range(3):
         _samples(provider, step, range(CHUNK_SPANS))  # three chunks a step
+        full[0] = step == 1  # the disk is full while step 1 is appended
         assert processor.force_flush(60_000) is (step != 1)  # each step one append
+        full[0] = False
     _finish(provider, exporter)
     stored = _stored(project, "enospc")
-    assert stored == Counter({(step, i): 1 for step in (0, 2) for i in range(CHUNK_SPANS)})
-    stats = exporter.stats
-    assert stats.spans_received == 3 * 3 * CHUNK_SPANS
-    assert stats.failed_exports == 1
-    assert exporter.offloaded.spans_refused == 3 * CHUNK_SPANS
+    assert stored == Counter({(step, i): 1 for step in range(3) for i in range(CHUNK_SPANS)})
+    assert exporter.stats.spans_received == 3 * 3 * CHUNK_SPANS
+    assert exporter.offloaded.spans_refused == 0
+
+
+def test_a_disk_full_for_too_long_gives_up_the_oldest_spans_counted(project, monkeypatch):
+    """No room for longer than memory may hold: past ``MAX_HELD_BYTES`` the oldest waiting
+    spans are given up, counted as refused and said; once there is room again the rest is
+    stored, once; the counts agree with storage."""
+    from otel_trackio._offload import span_spooler
+
+    monkeypatch.setattr(span_spooler, "MAX_HELD_BYTES", 200_000)
+    real = spool_segments._write_all
+    full = [True]
+
+    def write(handle: Any, *buffers: bytes) -> None:
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(handle, *buffers)
+
+    monkeypatch.setattr(spool_segments, "_write_all", write)
+    provider, processor, exporter = _provider(project, "long", schedule_delay_millis=600_000)
+    for step in range(6):
+        _samples(provider, step, range(CHUNK_SPANS))
+        assert processor.force_flush(60_000) is False
+    full[0] = False
+    _finish(provider, exporter)
+    refused = exporter.offloaded.spans_refused
+    stored = _stored(project, "long")
+    assert refused > 0 and set(stored.values()) == {1}
+    # Every span stored or counted (a chunk given up can cut a sample: the rest of it is stored).
+    spans_stored = sum(len(t["spans"]) for t in read_traces(project, "long"))
+    assert spans_stored + refused == 6 * 3 * CHUNK_SPANS
+    assert stored[(5, 0)] == 1  # the newest waited; the oldest were given up
+    assert (0, 0) not in stored
 
 
 def test_a_stalled_spool_bounds_the_queue_drops_and_counts_the_rest(project, monkeypatch):
@@ -265,7 +298,7 @@ def test_a_span_that_cannot_be_encoded_never_raises_into_its_end(project):
 
 def test_an_unexpected_error_in_the_spool_write_leaves_the_spooler_running(project, monkeypatch):
     """Whatever the append raises (here not an ``OSError``), the spooler's thread lives on: that
-    batch is refused and counted, the next one is stored."""
+    batch waits in memory and goes with the next one; both are stored, nothing refused."""
     real = spool_segments._write_all
     failures = [1]
 
@@ -280,25 +313,24 @@ def test_an_unexpected_error_in_the_spool_write_leaves_the_spooler_running(proje
         project, "survives", max_export_batch_size=CHUNK_SPANS, schedule_delay_millis=600_000
     )
     tracer = provider.get_tracer("rollout")
-    for step in range(2):
+    spooler = processor._spooler
+    stages = (
+        (0, lambda: bool(spooler._held)),  # refused: it waits in memory
+        (1, lambda: exporter.offloaded.spans_spooled == 2 * CHUNK_SPANS),  # both spooled
+    )
+    for step, done in stages:
         for i in range(CHUNK_SPANS):
             with tracer.start_as_current_span(
                 "rollout", attributes={"step": step, "sample_index": i}
             ):
                 pass
-        waited = threading.Event()
-        for _ in range(600):  # the spooler's thread takes the batch (no flush)
-            if (
-                exporter.offloaded.spans_spooled + exporter.offloaded.spans_refused
-                >= (step + 1) * CHUNK_SPANS
-            ):
-                break
-            waited.wait(0.05)
-    assert exporter.offloaded.spans_refused == CHUNK_SPANS
-    assert exporter.offloaded.spans_spooled == CHUNK_SPANS
-    assert processor._spooler._thread.is_alive()
+        wait_until(done, f"the spooler's thread took step {step}'s batch (no flush)")
+    assert exporter.offloaded.spans_refused == 0
+    assert spooler._thread.is_alive()
     _finish(provider, exporter)
-    assert _stored(project, "survives") == Counter({(1, i): 1 for i in range(CHUNK_SPANS)})
+    assert _stored(project, "survives") == Counter(
+        {(step, i): 1 for step in (0, 1) for i in range(CHUNK_SPANS)}
+    )
 
 
 def test_large_spans_wait_for_a_slow_spool_in_bounded_memory_and_all_are_stored(

@@ -341,6 +341,21 @@ class OffloadClient:
         all, as one unit (one write); False when refused (warned and counted)."""
         if self._closed:
             return False
+        refused = self.try_spool_spans(payloads, spans)
+        if refused is not None:
+            self.refuse_spans(spans, *refused)
+            return False
+        return True
+
+    def said(self, kind: str, why: str) -> None:
+        """Warn ``why`` (once per ``kind``, as refusals are)."""
+        self._warn(kind, why)
+
+    def try_spool_spans(self, payloads: Sequence[bytes], spans: int) -> tuple[str, str] | None:
+        """Append the payloads as :meth:`spool_spans` does; None when appended, else why not as
+        ``(kind, message)``, nothing counted (the caller may keep them and try again)."""
+        if self._closed:
+            return ("closed", "the exporter is shut down")
         now = time.monotonic()
         if now >= self._next_writer_check:
             self._next_writer_check = now + WRITER_CHECK_SECONDS
@@ -354,17 +369,13 @@ class OffloadClient:
         try:
             self.producer.append_all(entries)
         except SpoolFull as exc:
-            self.refuse_spans(spans, "full", f"spool full, {spans} spans refused: {exc}")
-            return False
+            return ("full", f"spool full ({exc})")
         except (OSError, RuntimeError) as exc:
-            self.refuse_spans(
-                spans, "spool", f"could not write the spool, {spans} spans refused: {exc!r}"
-            )
-            return False
+            return ("spool", f"could not write the spool ({exc!r})")
         self._step_sent = step
         with self._count_lock:
             self.spans_spooled += spans
-        return True
+        return None
 
     def refuse_spans(self, spans: int, kind: str, why: str, *, refusals: int = 1) -> None:
         """Count ``spans`` spans refused (in ``refusals`` failed exports) and warn ``why``

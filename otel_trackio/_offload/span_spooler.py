@@ -42,6 +42,9 @@ MAX_WAITING_BYTES = 32 * 1024 * 1024
 waits for the spool to take them (at most :data:`MAX_WAIT_SECONDS`), so a rollout of large spans
 faster than the disk keeps a bounded memory."""
 MAX_WAIT_SECONDS = 10.0
+MAX_HELD_BYTES = 64 * 1024 * 1024
+"""Spans the spool could not take (its disk full, its bound reached) wait in memory up to this
+many bytes, offered again with each append; past it the oldest are given up, counted."""
 
 
 class SpanSpooler:
@@ -78,7 +81,11 @@ class SpanSpooler:
         self._write_lock = threading.Lock()  # one append at a time: the spool keeps their order
         self._wake = threading.Event()
         self._chunk = SpanChunk()
-        self._packed: list[bytes] = []
+        self._packed: list[tuple[bytes, int]] = []  # (payload, its spans)
+        # What the spool could not take (its disk full, its bound reached): kept, oldest first,
+        # and offered again first; past MAX_HELD_BYTES the oldest are given up (counted, said).
+        self._held: list[tuple[bytes, int]] = []
+        self._held_bytes = 0
         self._packed_spans = 0
         self._packed_bytes = 0
         self._bytes_per_span = 0  # of the last chunk packed: large spans are packed few at a time
@@ -134,7 +141,7 @@ class SpanSpooler:
                 chunk.spans, "encode", f"could not encode {chunk.spans} spans: {exc!r}"
             )
             return
-        self._packed.append(payload)
+        self._packed.append((payload, chunk.spans))
         self._packed_spans += chunk.spans
         self._packed_bytes += len(payload)
         self._bytes_per_span = len(payload) // max(1, chunk.spans)
@@ -158,23 +165,67 @@ class SpanSpooler:
                 return
             self.append(pack_partial=not woken)
 
-    def append(self, *, pack_partial: bool = True) -> bool:
-        """Append the packed chunks (and, with ``pack_partial``, the chunk being filled) to the
-        spool, in one write; False when the spool refused them (counted by the client)."""
+    def append(self, *, pack_partial: bool = True, last: bool = False) -> bool:
+        """Append the chunks held back, then the packed ones (and, with ``pack_partial``, the
+        chunk being filled) to the spool, in one write; False when the spool could not take
+        them: they are held (up to :data:`MAX_HELD_BYTES`, the oldest given up past it,
+        counted and said) and offered again with the next append, unless ``last``."""
         with self._write_lock:
             with self._lock:
                 if pack_partial and self._chunk.spans:
                     self._pack()
-                payloads, spans = self._packed, self._packed_spans
+                packed = self._packed
                 self._packed, self._packed_spans, self._packed_bytes = [], 0, 0
                 self._taken.notify_all()
-            if not payloads:
+            offered = [*self._held, *packed]
+            if not offered:
                 return True
-            try:
-                return self._client.spool_spans(payloads, spans)
-            except Exception as exc:  # noqa: BLE001 - as export(): the thread must live on
-                self._client.refuse_spans(spans, "spool", f"could not spool {spans} spans: {exc!r}")
-                return False
+            spans = sum(count for _, count in offered)
+            refused = self._offer(offered)
+            if refused is not None and len(offered) > 1:
+                # One at a time, oldest first: as many as there is room for now.
+                for i, part in enumerate(offered):
+                    refused = self._offer([part])
+                    if refused is not None:
+                        offered = offered[i:]
+                        break
+            if refused is None:
+                if self._held:
+                    self._client.said(
+                        "taken",
+                        f"the spool takes spans again: {spans} spans that waited in memory "
+                        "are spooled",
+                    )
+                self._held, self._held_bytes = [], 0
+                return True
+            kind, why = refused
+            self._held = offered
+            self._held_bytes = sum(len(p) for p, _ in offered)
+            lost = 0
+            while self._held and (last or self._held_bytes > MAX_HELD_BYTES):
+                payload, count = self._held.pop(0)
+                self._held_bytes -= len(payload)
+                lost += count
+            if lost:
+                self._client.refuse_spans(
+                    lost, kind, f"{why}; {lost} spans lost (they could not wait any longer)"
+                )
+            if self._held:
+                self._client.said(
+                    "held",
+                    f"{why}; {sum(c for _, c in self._held)} spans wait in memory "
+                    f"({self._held_bytes / 1e6:.1f} MB, at most {MAX_HELD_BYTES // 10**6} MB) "
+                    "until it takes them",
+                )
+            return False
+
+    def _offer(self, parts: list[tuple[bytes, int]]) -> tuple[str, str] | None:
+        """Append ``parts`` in one write: None, or why the spool did not take them."""
+        spans = sum(count for _, count in parts)
+        try:
+            return self._client.try_spool_spans([payload for payload, _ in parts], spans)
+        except Exception as exc:  # noqa: BLE001 - as export(): the thread must live on
+            return ("spool", f"could not spool {spans} spans: {exc!r}")
 
     def flush(self) -> bool:
         """Append every span ended before this call; False when the spool refused some."""
@@ -191,7 +242,7 @@ class SpanSpooler:
         self._wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_seconds)
-        return self.append(pack_partial=True)
+        return self.append(pack_partial=True, last=True)
 
 
 def _call_if_alive(method: weakref.WeakMethod[Any]) -> Callable[[], None]:
