@@ -75,6 +75,9 @@ from otel_trackio._spool.segments import (
 from otel_trackio._trackio.installed import trackio_dir
 from otel_trackio._trackio.sink import TrackioSink
 
+NEVER_FITS = "never fits"
+"""The kind of refusal of spans larger than the spool's bound itself: no use waiting for room."""
+
 _logger = logging.getLogger("otel_trackio")
 
 
@@ -369,7 +372,7 @@ class OffloadClient:
         try:
             self.producer.append_all(entries)
         except SpoolFull as exc:
-            return ("full", f"spool full ({exc})")
+            return (NEVER_FITS if exc.never_fits else "full", f"spool full ({exc})")
         except (OSError, RuntimeError) as exc:
             return ("spool", f"could not write the spool ({exc!r})")
         self._step_sent = step

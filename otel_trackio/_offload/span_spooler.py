@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_trackio._codec.spool import SpanChunk
-from otel_trackio._offload.client import OffloadClient
+from otel_trackio._offload.client import NEVER_FITS, OffloadClient
 
 CHUNK_SPANS = 64
 """Spans per encoded chunk: large enough that packing costs little per span (one MessagePack call
@@ -42,6 +43,8 @@ MAX_WAITING_BYTES = 32 * 1024 * 1024
 waits for the spool to take them (at most :data:`MAX_WAIT_SECONDS`), so a rollout of large spans
 faster than the disk keeps a bounded memory."""
 MAX_WAIT_SECONDS = 10.0
+CLOSE_RETRY_SECONDS = 0.2
+"""At close, how often spans waiting for room in the spool are offered again."""
 MAX_HELD_BYTES = 64 * 1024 * 1024
 """Spans the spool could not take (its disk full, its bound reached) wait in memory up to this
 many bytes, offered again with each append; past it the oldest are given up, counted."""
@@ -168,7 +171,7 @@ class SpanSpooler:
     def append(self, *, pack_partial: bool = True, last: bool = False) -> bool:
         """Append the chunks held back, then the packed ones (and, with ``pack_partial``, the
         chunk being filled) to the spool, in one write; False when the spool could not take
-        them: they are held (up to :data:`MAX_HELD_BYTES`, the oldest given up past it,
+        them all: they are held (up to :data:`MAX_HELD_BYTES`, the oldest given up past it,
         counted and said) and offered again with the next append, unless ``last``."""
         with self._write_lock:
             with self._lock:
@@ -180,27 +183,28 @@ class SpanSpooler:
             offered = [*self._held, *packed]
             if not offered:
                 return True
-            spans = sum(count for _, count in offered)
+            had_held = bool(self._held)
             refused = self._offer(offered)
-            if refused is not None and len(offered) > 1:
-                # One at a time, oldest first: as many as there is room for now.
-                for i, part in enumerate(offered):
-                    refused = self._offer([part])
-                    if refused is not None:
-                        offered = offered[i:]
-                        break
-            if refused is None:
-                if self._held:
+            waiting: list[tuple[bytes, int]] = []
+            if refused is not None:
+                if len(offered) > 1 or refused[0] == NEVER_FITS:
+                    refused, waiting = self._offer_each(offered)
+                else:
+                    waiting = offered
+            if not waiting:
+                self._held, self._held_bytes = [], 0
+                if had_held:
+                    spans = sum(count for _, count in offered)
                     self._client.said(
                         "taken",
                         f"the spool takes spans again: {spans} spans that waited in memory "
                         "are spooled",
                     )
-                self._held, self._held_bytes = [], 0
-                return True
+                return refused is None
+            assert refused is not None
             kind, why = refused
-            self._held = offered
-            self._held_bytes = sum(len(p) for p, _ in offered)
+            self._held = waiting
+            self._held_bytes = sum(len(p) for p, _ in waiting)
             lost = 0
             while self._held and (last or self._held_bytes > MAX_HELD_BYTES):
                 payload, count = self._held.pop(0)
@@ -219,6 +223,24 @@ class SpanSpooler:
                 )
             return False
 
+    def _offer_each(
+        self, parts: list[tuple[bytes, int]]
+    ) -> tuple[tuple[str, str] | None, list[tuple[bytes, int]]]:
+        """Offer ``parts`` one at a time, oldest first, as many as there is room for now: (why
+        the first one not taken was not, what still waits). A part larger than the spool's
+        bound is given up at once, counted: no use waiting for room."""
+        refused: tuple[str, str] | None = None
+        for i, part in enumerate(parts):
+            why = self._offer([part])
+            if why is None:
+                continue
+            if why[0] == NEVER_FITS:
+                self._client.refuse_spans(part[1], why[0], f"{why[1]}: {part[1]} spans lost")
+                refused = why
+                continue
+            return why, parts[i:]
+        return refused, []
+
     def _offer(self, parts: list[tuple[bytes, int]]) -> tuple[str, str] | None:
         """Append ``parts`` in one write: None, or why the spool did not take them."""
         spans = sum(count for _, count in parts)
@@ -232,7 +254,9 @@ class SpanSpooler:
         return self.append(pack_partial=True)
 
     def close(self, timeout_seconds: float = 30.0) -> bool:
-        """Append what is left and stop the thread (idempotent); spans ended later are dropped."""
+        """Append what is left and stop the thread (idempotent); spans ended later are dropped.
+        Spans waiting for room in the spool get up to ``timeout_seconds`` more (the writer
+        drains it meanwhile); what still finds none is given up, counted."""
         with self._lock:
             if self._closed:
                 return True
@@ -240,8 +264,11 @@ class SpanSpooler:
             self._taken.notify_all()  # a thread waiting for room goes on
             thread = self._thread
         self._wake.set()
+        deadline = time.monotonic() + max(0.0, timeout_seconds)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_seconds)
+        while not self.append(pack_partial=True) and time.monotonic() < deadline:
+            time.sleep(CLOSE_RETRY_SECONDS)  # room comes back as the writer drains the spool
         return self.append(pack_partial=True, last=True)
 
 

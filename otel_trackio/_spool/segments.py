@@ -65,7 +65,12 @@ def crc32_holding_the_gil(data: bytes) -> int:
 
 
 class SpoolFull(Exception):
-    """The spool is at its size bound: the entry was not appended."""
+    """The spool is at its size bound: the entry was not appended. ``never_fits``: it is larger
+    than the bound itself (waiting for room is no use)."""
+
+    def __init__(self, message: str, *, never_fits: bool = False) -> None:
+        super().__init__(message)
+        self.never_fits = never_fits
 
 
 class SpoolInUse(RuntimeError):
@@ -277,7 +282,8 @@ class Producer:
                 if self._on_disk + size > self.max_bytes:
                     raise SpoolFull(
                         f"spool {self.path} holds {self._on_disk} bytes and {size} more do not "
-                        f"fit its bound of {self.max_bytes} (spool_max_mb)"
+                        f"fit its bound of {self.max_bytes} (spool_max_mb)",
+                        never_fits=size > self.max_bytes,
                     )
             try:
                 _write_all(self._file, *buffers)
