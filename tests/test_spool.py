@@ -598,6 +598,45 @@ def test_drain_command_logs_a_leftover_spool_without_serving(project, trackio_di
     )
 
 
+def test_drain_with_a_timeout_stops_when_storage_takes_nothing_and_says_what_is_left(
+    project, trackio_dir
+):
+    """Trackio's storage not taking writes (its lock held: as a full disk would): ``drain
+    --timeout`` gives up when told, exit status 1, saying what is left; the next drain, with
+    storage back, stores it all, once."""
+    server, url = _serve(
+        project, trackio_dir, "--drain-seconds", "0", "--sample-grace-seconds", "0"
+    )
+    body = encode_spans(_finished_spans(50)).SerializeToString()
+    with storage_lock_held(project):
+        assert requests.post(url + "/v1/traces", data=body, headers=PROTOBUF).status_code == 200
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=120)
+        command = [sys.executable, "-m", "otel_trackio", "drain", "--project", project]
+        command += ["--name", "restart"]
+        stuck = subprocess.run(
+            [*command, "--timeout", "3"],
+            env={**os.environ, "TRACKIO_DIR": trackio_dir},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
+    assert stuck.returncode == 1, stuck.stdout + stuck.stderr
+    assert "stopped after 3 s with" in stuck.stdout and "bytes left in" in stuck.stdout
+    drained = subprocess.run(
+        command,
+        env={**os.environ, "TRACKIO_DIR": trackio_dir},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert drained.returncode == 0, drained.stderr
+    indexes = [t["metadata"]["sample_index"] for t in read_traces(project, "restart")]
+    assert sorted(indexes) == list(range(50))
+
+
 # -- GenAI log events through the spool ----------------------------------------------------------
 
 

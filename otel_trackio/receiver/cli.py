@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--project", default=None, help="the receiver's Trackio project")
     drain.add_argument("--name", default=None, help="the receiver's run name")
     drain.add_argument("--spool", default=None, help="the spool directory")
+    drain.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="give up after this many seconds (exit status 1, what is left stays in the spool); "
+        "default: until everything is stored",
+    )
     ingest = commands.add_parser(
         "ingest",
         help="read an OpenTelemetry Collector's file exporter output into a run, then exit",
@@ -203,10 +211,19 @@ def _drain(args: argparse.Namespace) -> int:
     if not args.project and not args.spool:
         return _drain_abandoned(spool_root(TrackioSettings.from_env()))
     router = Router(args.project, args.name, settings=TrackioSettings.from_env(), spool=args.spool)
+    deadline = None if args.timeout is None else time.monotonic() + max(0.0, args.timeout)
     while not router.drained():
         waiting, behind = router.backlog()
+        if deadline is not None and time.monotonic() >= deadline:
+            router.shutdown(0)  # what is left stays in the spool for the next drain
+            _print(
+                f"otel-trackio drain: stopped after {args.timeout:g} s with {waiting} bytes left "
+                f"in {router.spool_path} (is Trackio's storage taking writes? a full disk?); "
+                "run it again to go on"
+            )
+            return 1
         _print(f"otel-trackio drain: {waiting} bytes left ({behind or 0:.0f} s behind)")
-        router.wait_drained(5.0)
+        router.wait_drained(5.0 if deadline is None else min(5.0, deadline - time.monotonic()))
     router.shutdown()  # drained: it returns once the last writes are stored
     totals = router.totals()
     _print(
