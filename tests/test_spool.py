@@ -575,6 +575,19 @@ def test_receiver_sigterm_with_a_backlog_then_restart_loses_nothing(project, tra
     assert indexes == list(range(4000))  # all of them, once each
 
 
+def _drain(project: str, trackio_dir: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``otel-trackio drain`` of the receiver's spool of ``project``/``restart``."""
+    command = [sys.executable, "-m", "otel_trackio", "drain", "--project", project]
+    return subprocess.run(
+        [*command, "--name", "restart", *options],
+        env={**os.environ, "TRACKIO_DIR": trackio_dir},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+
+
 def test_drain_command_logs_a_leftover_spool_without_serving(project, trackio_dir):
     server, url = _serve(
         project, trackio_dir, "--drain-seconds", "0", "--sample-grace-seconds", "0"
@@ -583,14 +596,7 @@ def test_drain_command_logs_a_leftover_spool_without_serving(project, trackio_di
     assert requests.post(url + "/v1/traces", data=body, headers=PROTOBUF).status_code == 200
     server.send_signal(signal.SIGTERM)
     server.communicate(timeout=120)
-    drained = subprocess.run(
-        [sys.executable, "-m", "otel_trackio", "drain", "--project", project, "--name", "restart"],
-        env={**os.environ, "TRACKIO_DIR": trackio_dir},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    drained = _drain(project, trackio_dir)
     assert drained.returncode == 0, drained.stderr
     assert "done" in drained.stdout
     assert sorted(t["metadata"]["sample_index"] for t in read_traces(project, "restart")) == list(
@@ -612,26 +618,10 @@ def test_drain_with_a_timeout_stops_when_storage_takes_nothing_and_says_what_is_
         assert requests.post(url + "/v1/traces", data=body, headers=PROTOBUF).status_code == 200
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=120)
-        command = [sys.executable, "-m", "otel_trackio", "drain", "--project", project]
-        command += ["--name", "restart"]
-        stuck = subprocess.run(
-            [*command, "--timeout", "3"],
-            env={**os.environ, "TRACKIO_DIR": trackio_dir},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=REPO,
-        )
+        stuck = _drain(project, trackio_dir, "--timeout", "3")
     assert stuck.returncode == 1, stuck.stdout + stuck.stderr
     assert "stopped after 3 s with" in stuck.stdout and "bytes left in" in stuck.stdout
-    drained = subprocess.run(
-        command,
-        env={**os.environ, "TRACKIO_DIR": trackio_dir},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    drained = _drain(project, trackio_dir)
     assert drained.returncode == 0, drained.stderr
     indexes = [t["metadata"]["sample_index"] for t in read_traces(project, "restart")]
     assert sorted(indexes) == list(range(50))
