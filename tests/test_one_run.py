@@ -158,5 +158,7 @@ def test_a_name_run_again_continues_its_run_and_resume_never_says_it_splits(
     by_run = traces_by_run(trackio_dir, project)
     assert len(by_run) == 2 and by_run[run_id] == [(0, 0), (1, 0)]
     [other] = set(by_run) - {run_id}
-    [warning] = [line for line in fresh.stderr.splitlines() if "runs named 'run-1'" in line]
+    # Said when the run is opened, and again under the summary.
+    warning, summary = [line for line in fresh.stderr.splitlines() if "runs named 'run-1'" in line]
     assert run_id in warning and other in warning and "resume='never'" in warning
+    assert summary == warning
