@@ -101,7 +101,6 @@ class _Batch:
     roots: list[Span]
     offset: int
     started_ns: int
-    step: int
     evaluation: bool
 
 
@@ -300,7 +299,7 @@ class RolloutTracing:
             )
             for i in range(count)
         ]
-        return _Batch(roots, offset, time.time_ns(), step, evaluation)
+        return _Batch(roots, offset, time.time_ns(), evaluation)
 
     def _finish(self, batch: _Batch, output: Mapping[str, Any]) -> None:
         trainer = self.trainer

@@ -59,15 +59,20 @@ def _decoded_size(data: str) -> int:
 
 
 def _walk(value: Any, table: MediaTable) -> Any:
+    """``value`` with its media taken out; ``value`` itself (no copy) when it holds none."""
     if isinstance(value, str):
+        if "base64," not in value:
+            return value
         return _DATA_URI.sub(lambda m: media_text(m.group(1), _decoded_size(m.group(2))), value)
     if isinstance(value, list):
-        return [_walk(item, table) for item in value]
+        items = [_walk(item, table) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     if isinstance(value, Mapping):
         part = _media_part(value, table)
         if part is not None:
             return part
-        return {key: _walk(item, table) for key, item in value.items()}
+        walked = {key: _walk(item, table) for key, item in value.items()}
+        return value if all(walked[k] is v for k, v in value.items()) else walked
     return value
 
 
