@@ -261,20 +261,39 @@ def wait_for_file(path: Path, process: Any, seconds: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+def _python_env(trackio_dir: str, env: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, "TRACKIO_DIR": trackio_dir, "TRACKIO_DISABLE_TELEMETRY": "1", **env}
+
+
 def run_python(script: str, trackio_dir: str, **env: str):
     """Run ``python -c script`` from the repository with ``TRACKIO_DIR`` (and ``env``); the
     completed process, its output captured as text."""
     import subprocess
     import sys
-    from pathlib import Path
 
     return subprocess.run(
         [sys.executable, "-c", script],
-        env={**os.environ, "TRACKIO_DIR": trackio_dir, "TRACKIO_DISABLE_TELEMETRY": "1", **env},
+        env=_python_env(trackio_dir, env),
         cwd=Path(__file__).resolve().parent.parent,
         capture_output=True,
         text=True,
         timeout=120,
+    )
+
+
+def start_python(script: str, trackio_dir: str, *args: str, **env: str):
+    """Start ``python -c script args`` from the repository with ``TRACKIO_DIR`` (and ``env``),
+    its output piped as text; the running process (``communicate()`` it)."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        env=_python_env(trackio_dir, env),
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

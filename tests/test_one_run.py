@@ -7,16 +7,11 @@ SQLite: runs can share a name, and Trackio's by-name readers show one of them.""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from conftest import run_python
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import run_python, start_python
 
 
 def _db(trackio_dir: str, project: str) -> sqlite3.Connection:
@@ -67,18 +62,7 @@ RANK = textwrap.dedent(
 
 def test_four_processes_configuring_one_name_at_once_log_into_one_run(project, trackio_dir):
     script = RANK.format(project=project)
-    env = {**os.environ, "TRACKIO_DIR": trackio_dir, "TRACKIO_DISABLE_TELEMETRY": "1"}
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, "-c", script, str(rank)],
-            env=env,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(4)
-    ]
+    ranks = [start_python(script, trackio_dir, str(rank)) for rank in range(4)]
     for rank in ranks:
         _, err = rank.communicate(timeout=240)
         assert rank.returncode == 0, err

@@ -9,16 +9,12 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_for_file
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import start_python, wait_for_file
 
 ROLLOUT = textwrap.dedent(
     """
@@ -61,15 +57,7 @@ def stored(trackio_dir: str, project: str) -> dict[tuple[int, int], list[str | N
 def test_a_rollout_stopped_mid_step_keeps_what_it_recorded(project, trackio_dir, tmp_path, how):
     signals = tmp_path / "signals"
     signals.mkdir()
-    env = {**os.environ, "TRACKIO_DIR": trackio_dir, "TRACKIO_DISABLE_TELEMETRY": "1"}
-    rollout = subprocess.Popen(
-        [sys.executable, "-c", ROLLOUT.format(project=project), str(signals), how],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    rollout = start_python(ROLLOUT.format(project=project), trackio_dir, str(signals), how)
     wait_for_file(signals / "step-0", rollout)
     time.sleep(1.6)  # as in the report: 1.6 s after step 0 finished
     writer = int((signals / "writer").read_text())

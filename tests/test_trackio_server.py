@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_for_file
+from conftest import start_python, wait_for_file
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "otel-trackio-test-token"
 SERVER = textwrap.dedent(
     """
@@ -127,19 +126,11 @@ def test_the_server_variable_alone_sends_the_run_to_a_server_that_may_restart(
     local = tmp_path / "local"
     signals = tmp_path / "signals"
     signals.mkdir()
-    env = {
-        **os.environ,
-        "TRACKIO_DIR": str(local),
-        "TRACKIO_DISABLE_TELEMETRY": "1",
-        "OTEL_EXPORTER_TRACKIO_SERVER_URL": trackio_server.write_url,
-    }
-    rollout = subprocess.Popen(
-        [sys.executable, "-c", ROLLOUT, str(signals)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    rollout = start_python(
+        ROLLOUT,
+        str(local),
+        str(signals),
+        OTEL_EXPORTER_TRACKIO_SERVER_URL=trackio_server.write_url,
     )
     wait_for_file(signals / "step-0", rollout)
     trackio_server.stop()  # killed mid-run
