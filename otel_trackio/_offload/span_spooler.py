@@ -183,7 +183,7 @@ class SpanSpooler:
             offered = [*self._held, *packed]
             if not offered:
                 return True
-            had_held = bool(self._held)
+            waited = sum(count for _, count in self._held)
             refused = self._offer(offered)
             waiting: list[tuple[bytes, int]] = []
             if refused is not None:
@@ -193,11 +193,10 @@ class SpanSpooler:
                     waiting = offered
             if not waiting:
                 self._held, self._held_bytes = [], 0
-                if had_held:
-                    spans = sum(count for _, count in offered)
+                if waited:
                     self._client.said(
                         "taken",
-                        f"the spool takes spans again: {spans} spans that waited in memory "
+                        f"the spool takes spans again: {waited} spans that waited in memory "
                         "are spooled",
                     )
                 return refused is None
