@@ -166,7 +166,7 @@ def test_per_message_events_and_choice(project):
         {"role": "user", "content": "2+2?"},
         {
             "role": "assistant",
-            "content": "",
+            "content": None,
             "tool_calls": [
                 {
                     "id": "c1",

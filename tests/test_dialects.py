@@ -41,7 +41,7 @@ def test_bedrock_blocks_become_tool_calls_and_results():
     function = {"name": "calculator", "arguments": '{"expr": "2+2"}'}
     assert facts.input_messages == [
         {"role": "user", "content": "2+2?"},
-        {"role": "assistant", "content": "", "tool_calls": [CALL_T1]},
+        {"role": "assistant", "content": None, "tool_calls": [CALL_T1]},
         {"role": "tool", "content": "4", "tool_call_id": "t1"},
     ]
     assert CALL_T1["function"] == function
@@ -336,7 +336,7 @@ ADK_TURNS = [
     {"role": "user", "content": "2+2?"},
     {
         "role": "assistant",
-        "content": "",
+        "content": None,
         "tool_calls": ADK_CALLS,
         "reasoning_content": "let me add",
     },
@@ -528,7 +528,7 @@ CHATML_PROMPT = (
 TURNS = [
     {"role": "system", "content": "be brief"},
     {"role": "user", "content": "2+2?"},
-    {"role": "assistant", "content": "", "tool_calls": [CALC_CALL]},
+    {"role": "assistant", "content": None, "tool_calls": [CALC_CALL]},
     {"role": "tool", "content": "4"},
 ]
 LLAMA3_PROMPT = (

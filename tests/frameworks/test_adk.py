@@ -68,7 +68,7 @@ def expected_conversation(sample: dict[str, Any]) -> list[dict[str, Any]]:
         {"role": "user", "content": QUESTION},
         {
             "role": "assistant",
-            "content": "",
+            "content": None,
             "tool_calls": [
                 {
                     "id": call_id,

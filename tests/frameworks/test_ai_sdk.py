@@ -338,7 +338,7 @@ def test_ai4_model_call_args_result_and_prompt_tokens():
         {"role": "user", "content": "2+2?"},
         {
             "role": "assistant",
-            "content": "",
+            "content": None,
             "tool_calls": [CALC_C1],
             "reasoning_content": "add them",
         },

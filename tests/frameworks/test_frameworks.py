@@ -50,7 +50,7 @@ CALL = {
 EXPECTED = [
     {"role": "system", "content": SYSTEM},
     {"role": "user", "content": QUESTION},
-    {"role": "assistant", "content": "", "tool_calls": [CALL]},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
     {"role": "tool", "tool_call_id": "call_1", "content": "4"},
     {"role": "assistant", "content": "answer to: 4"},
 ]
@@ -131,7 +131,8 @@ def sent(request: dict[str, Any], answer: dict[str, Any]) -> list[dict[str, Any]
         content = message.get("content")
         if isinstance(content, list):
             content = "\n".join(p["text"] for p in content if p.get("type", "text") == "text")
-        m = {"role": message["role"], "content": content or ""}
+        # a tool-call turn without text is stored as OpenAI sends it: content null
+        m = {"role": message["role"], "content": content or (None if message.get("tool_calls") else "")}
         if message.get("tool_calls"):
             m["tool_calls"] = [
                 {"id": c["id"], "type": "function", "function": dict(c["function"])}
@@ -258,9 +259,9 @@ def test_smolagents(project):
         assert stored(trace) == [
             system,
             user,
-            {"role": "assistant", "content": "", "tool_calls": [CALL]},
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
             {"role": "tool", "tool_call_id": "call_1", "content": "Observation:\n4"},
-            {"role": "assistant", "content": "", "tool_calls": final},
+            {"role": "assistant", "content": None, "tool_calls": final},
         ], json.dumps(trace["messages"], indent=1)
         check_model_calls(trace, ["OpenAIModel.generate"] * 2)
         tools = {s["name"]: s for s in trace["spans"] if s["kind"] == "tool"}

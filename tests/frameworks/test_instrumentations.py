@@ -54,7 +54,7 @@ EXPECTED_MESSAGES = [
     {"role": "user", "content": "what is 2+2?"},
     {
         "role": "assistant",
-        "content": "",
+        "content": None,
         "tool_calls": [
             {
                 "id": "call_1",

@@ -283,7 +283,7 @@ def test_verl_ops_through_mlflow_read_by_their_shapes():
         {"role": "user", "content": "what is 2+2?"},
         {  # Hermes markup read as the call it is
             "role": "assistant",
-            "content": "",
+            "content": None,
             "tool_calls": [CALCULATOR_CALL],
         },
         {"role": "user", "content": TOOL_TURN.strip()},

@@ -398,7 +398,7 @@ def _tool_agent_conversation(sample_index: int) -> list[dict]:
         {"role": "user", "content": "What is 2+2?"},
         {
             "role": "assistant",
-            "content": "",
+            "content": None,
             "tool_calls": [
                 {**call, "function": {"name": "calculator", "arguments": f'{{"expr": "{e}"}}'}}
                 for e, _ in exprs

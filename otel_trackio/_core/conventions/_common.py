@@ -183,6 +183,8 @@ def normalize_message(message: Any, default_role: str = "user") -> dict[str, Any
         content: Any = parts_to_content(kept)
     else:
         content = as_text(raw)
+    if tool_calls and content == "":
+        content = None  # a tool-call turn without text: OpenAI's own form, nothing written in
     out["content"] = content
     if tool_calls:
         out["tool_calls"] = tool_calls

@@ -81,7 +81,7 @@ def _turn(role: str, content: str) -> list[dict[str, Any]]:
         calls = [_tool_call(m.group(1)) for m in _TOOL_CALL.finditer(content)]
         if calls and all(call is not None for call in calls):
             text = _TOOL_CALL.sub("", content).strip()
-            return [{"role": "assistant", "content": text, "tool_calls": calls}]
+            return [{"role": "assistant", "content": text or None, "tool_calls": calls}]
         return [{"role": "assistant", "content": content}]
     responses = _TOOL_RESPONSE.findall(content)
     if responses and not _TOOL_RESPONSE.sub("", content).strip():

@@ -134,7 +134,7 @@ def agent_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out.append({**message, "role": "assistant"})
                 call_ids = []
             else:
-                out.append({"role": "assistant", "content": "", "tool_calls": calls})
+                out.append({"role": "assistant", "content": None, "tool_calls": calls})
                 call_ids = [as_text(c.get("id")) for c in calls]
         elif role == "tool-response":
             text = _text_of(message.get("content"))
