@@ -12,14 +12,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import sqlite3
 import subprocess
+import time
+import urllib.request
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import TRL_PYTHON
+from test_doc_commands import documented
 
 pytestmark = pytest.mark.real_packages  # `make test-packages` (CI runs it too)
 
@@ -111,7 +115,6 @@ def check_trace(meta: dict, messages: list, spans: list) -> None:
 @pytest.mark.parametrize(
     ("args", "completions"),
     [
-        pytest.param((), 4 * BATCH, id="trl-opens-first"),
         pytest.param(("--configure-first",), 4 * BATCH, id="configure-first"),
         pytest.param(("--trainer", "rloo"), 4 * BATCH, id="rloo"),
         # evaluations (4 prompts x 2) after steps 2 and 4 move TRL's later rows one step each
@@ -150,3 +153,38 @@ def test_two_ranks_trace_into_the_one_run(tmp_path: Path) -> None:
     _, traces = check_run(tmp_path, 2 * 4 * BATCH)
     for _, _, meta, messages, spans in traces:
         check_trace(meta, messages, spans)
+
+
+def test_the_trl_pages_commands_run_as_written(tmp_path: Path) -> None:
+    """docs/trl.md's commands, read from the page, in a shell whose PATH is the TRL environment's:
+    the example with no arguments (TRL opens the run first), then ``trackio show`` on it."""
+    assert TRL_PYTHON.exists(), f"{TRL_PYTHON} is missing: `make test-packages` makes it"
+    example, show = documented(r"python examples/trl_grpo\.py|trackio show --project trl-demo")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACKIO_"))}
+    env["PATH"] = f"{TRL_PYTHON.parent}{os.pathsep}{env.get('PATH', '')}"
+    env["TRACKIO_DIR"] = str(tmp_path / "trackio")
+    env["GRADIO_SERVER_PORT"] = str(port)
+    done = subprocess.run(
+        example, shell=True, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "0 partial, 0 lost" in done.stderr, done.stderr[-4000:]
+    _, traces = check_run(tmp_path, 4 * BATCH)
+    for _, _, meta, messages, spans in traces:
+        check_trace(meta, messages, spans)
+    said = tmp_path / "show.out"
+    with open(said, "w") as out:
+        server = subprocess.Popen(f"exec {show}", shell=True, env=env, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 120
+        while f"http://127.0.0.1:{port}" not in said.read_text():
+            assert server.poll() is None and time.monotonic() < deadline, said.read_text()
+            time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/?project=trl-demo") as page:
+            assert page.status == 200
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
