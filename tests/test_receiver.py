@@ -38,7 +38,7 @@ from otel_trackio.receiver import OTLPReceiver, is_loopback
 from otel_trackio.receiver._body import decompress
 from otel_trackio.receiver._decode import RequestError, parse_request
 from otel_trackio.receiver._limits import ReceiverLimits
-from otel_trackio.receiver._summary import Summary
+from otel_trackio.receiver._summary import Summary, rejected
 from otel_trackio.receiver.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -308,7 +308,18 @@ def test_bad_requests_get_their_status_and_nothing_else_in_flight_is_lost(
     traces = read_traces(project, "r")
     assert sorted(t["metadata"]["sample_index"] for t in traces) == list(range(60))
     assert not any(t["metadata"].get("partial") for t in traces)
-    assert receiver.router.totals().rejected == len(cases)
+    totals = receiver.router.totals()
+    assert totals.rejected == len(cases)
+    assert dict(totals.rejected_why) == {  # the summary names why, by the status answered
+        "400 malformed": 3,
+        "413 too large": 2,
+        "415 unsupported type or encoding": 2,
+        "401 no or wrong bearer token": 3,
+    }
+    assert rejected(totals) == (
+        "10 rejected (400 malformed: 3, 401 no or wrong bearer token: 3, 413 too large: 2, "
+        "415 unsupported type or encoding: 2)"
+    )
 
 
 def test_decompression_is_capped_while_streaming():

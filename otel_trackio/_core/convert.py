@@ -103,8 +103,7 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     settle_model_calls(spans, facts)  # wrapper LLM spans are no model calls: before the kinds
     media: MediaTable = {}
     span_dicts = [
-        _translate_span(s, f, root, ids, settings, media)
-        for s, f in zip(spans, facts, strict=True)
+        _translate_span(s, f, root, ids, settings, media) for s, f in zip(spans, facts, strict=True)
     ]
     generations = [f for f in facts if f.kind == "generation"]
     prompt, held = _agent_messages(facts, generations)
@@ -124,8 +123,10 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
         spans, facts, root, settings, one_rollout=sample.identity.sample_index is not None
     )
     metadata = _translate_metadata(sample, spans, span_dicts, fields, settings)
-    if not messages and len(span_dicts) > 1 and not any(
-        "input" in d or "output" in d for d in span_dicts
+    if (
+        not messages
+        and len(span_dicts) > 1
+        and not any("input" in d or "output" in d for d in span_dicts)
     ):
         # An empty conversation would read as lost content: say there was none to read.
         metadata = _with_text_note(metadata)

@@ -127,9 +127,7 @@ def _from_url(url: str, mime: str | None, table: MediaTable) -> Any:
     return _from_data(found.group(2), found.group(1) or mime, None, table)
 
 
-def _from_data(
-    data: Any, mime: str | None, modality: Any, table: MediaTable
-) -> Any:
+def _from_data(data: Any, mime: str | None, modality: Any, table: MediaTable) -> Any:
     if not isinstance(data, str):
         return {"type": "text", "text": media_text(mime, None)}
     size = _decoded_size(data)

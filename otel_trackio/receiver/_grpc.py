@@ -151,7 +151,7 @@ class GrpcListener:
                     outcome = signal.export(router, request, items)
                     return signal.respond(outcome.rejected, outcome.message)
                 except RequestError as exc:
-                    router.count_refused(busy=exc.status == 503)
+                    router.count_refused(exc.status)
                     if exc.warn:
                         self._warn(
                             str(exc.status), f"refused a gRPC call from {context.peer()}: {exc}"

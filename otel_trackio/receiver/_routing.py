@@ -48,7 +48,7 @@ from otel_trackio.receiver._in_flight import RequestsInFlight
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ROOM_IDLE_SECONDS
 from otel_trackio.receiver._names import printable_name
 from otel_trackio.receiver._run_names import RunNames
-from otel_trackio.receiver._stats import Outcome, ReceiverStats, ReceiverTotals
+from otel_trackio.receiver._stats import Outcome, ReceiverStats, ReceiverTotals, refusal_reason
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
@@ -432,15 +432,17 @@ class Router:
     def _keep_decoded(self, payload: bytes, records: list[SpanRecord], key: Key) -> bool:
         return self.decoded.keep(payload, (key, records))
 
-    def count_refused(self, *, busy: bool = False) -> None:
-        """Count a request refused before decoding (bad token, size, type, body); ``busy``:
-        refused for now (503: the body budget), the client retries."""
+    def count_refused(self, status: int, why: str | None = None) -> None:
+        """Count a request refused before decoding (bad token, size, type, body) by the HTTP
+        status it was answered (a gRPC call's maps to one), or ``why`` when it got none; 503
+        is refused for now (the body budget), the client retries."""
         with self._stats_lock:
             self.stats.requests += 1
-            if busy:
+            if status == 503:
                 self.stats.refused_busy += 1
             else:
                 self.stats.rejected_requests += 1
+                self.stats.refused_why[why or refusal_reason(status)] += 1
 
     def _count(
         self, spans: int = 0, points: int = 0, logs: int = 0, events: int = 0, rejected: int = 0
@@ -509,6 +511,7 @@ class Router:
             metrics=sum(p.metrics.stats.values_logged for p in routes if p.metrics)
             + sum(r.metrics_logged for r in retired),
             rejected=stats.rejected_items + stats.rejected_requests,
+            rejected_why=rejected_why(stats),
             busy=stats.refused_busy,
             backlog_spans=max(0, stats.spans_received - self._drainer.stats.spans),
             backlog_bytes=waiting,
@@ -588,3 +591,11 @@ class Router:
                 self.spool_path,
             )
         return drained
+
+
+def rejected_why(stats: ReceiverStats) -> tuple[tuple[str, int], ...]:
+    """What the rejections were, most first: refused requests by status, then items."""
+    reasons = list(stats.refused_why.items())
+    if stats.rejected_items:
+        reasons.append(("items of accepted requests", stats.rejected_items))
+    return tuple(sorted(reasons, key=lambda reason: (-reason[1], reason[0])))

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+
+REFUSAL_REASONS = {
+    400: "malformed",
+    401: "no or wrong bearer token",
+    408: "body too slow",
+    413: "too large",
+    415: "unsupported type or encoding",
+}
+"""What a refused request's HTTP status (gRPC calls map to one) says, in the summary's words."""
+
+
+def refusal_reason(status: int) -> str:
+    """``401 no or wrong bearer token``: a refused request's status and what it means."""
+    return f"{status} {REFUSAL_REASONS.get(status, 'refused')}"
 
 
 @dataclass(slots=True)
@@ -30,6 +45,7 @@ class ReceiverStats:
     rejected_items: int = 0
     rejected_requests: int = 0
     refused_busy: int = 0
+    refused_why: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +91,9 @@ class ReceiverTotals:
     """Metric values logged."""
     rejected: int = 0
     """Items and requests rejected (the client was told why)."""
+    rejected_why: tuple[tuple[str, int], ...] = ()
+    """Of those, how many for each reason (``("401 no or wrong bearer token", 2)``), items in
+    accepted requests as ``("items of accepted requests", n)``; most first."""
     busy: int = 0
     """Requests refused busy (503)."""
     backlog_spans: int = 0

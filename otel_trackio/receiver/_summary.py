@@ -45,8 +45,16 @@ class Summary:
             f"{troubles(totals)}), "
             f"{totals.log_events} GenAI log events of {totals.log_records} log records, "
             f"{totals.metrics} metrics logged, "
-            f"{totals.rejected} rejected, {totals.runs} run(s){backlog}{busy}"
+            f"{rejected(totals)}, {totals.runs} run(s){backlog}{busy}"
         )
+
+
+def rejected(totals: ReceiverTotals) -> str:
+    """``3 rejected (401 no or wrong bearer token: 2, 413 too large: 1)``: how many, and why."""
+    if not totals.rejected_why:
+        return f"{totals.rejected} rejected"
+    why = ", ".join(f"{reason}: {n}" for reason, n in totals.rejected_why)
+    return f"{totals.rejected} rejected ({why})"
 
 
 _TROUBLES = (

@@ -103,7 +103,7 @@ def create_app(
             content_encoding = request.headers.get("content-encoding")
             message = await run_in_threadpool(process, body, content_encoding, encoding, claim)
         except RequestError as exc:
-            router.count_refused(busy=exc.status == 503)
+            router.count_refused(exc.status)
             if exc.warn:
                 client = request.client
                 source = f"{client.host}:{client.port}" if client else "a client"

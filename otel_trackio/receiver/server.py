@@ -25,7 +25,7 @@ from otel_trackio.receiver._grpc import GrpcListener
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
 from otel_trackio.receiver._protocol import guarded_protocol
 from otel_trackio.receiver._routing import Router
-from otel_trackio.receiver._summary import Summary, report_runs, troubles
+from otel_trackio.receiver._summary import Summary, rejected, report_runs, troubles
 from otel_trackio.receiver.app import create_app
 
 _logger = logging.getLogger("otel_trackio.receiver")
@@ -293,7 +293,7 @@ class OTLPReceiver:
 
     def _grpc_at_the_http_port(self, client: str) -> None:
         """A gRPC (HTTP/2) client reached the OTLP/HTTP port: say where gRPC is, count it."""
-        self.router.count_refused()
+        self.router.count_refused(0, why="gRPC sent to the HTTP port")
         where = (
             f"OTLP/gRPC is served at {self.grpc_endpoint}"
             if self.grpc_endpoint
@@ -372,7 +372,7 @@ class OTLPReceiver:
             f"otel-trackio serve: stopped; {totals.spans} spans, {totals.samples} samples "
             f"logged ({totals.partial} partial), {totals.lost} lost, "
             f"{totals.retried} retried, {totals.metrics} metrics logged, "
-            f"{totals.rejected} rejected{resent}{left}"
+            f"{rejected(totals)}{resent}{left}"
         )
         if not totals.requests:
             grpc_door = f"{self.grpc_endpoint} (gRPC)" if self.grpc_endpoint else ""
