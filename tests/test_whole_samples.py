@@ -147,6 +147,32 @@ def test_without_a_grace_period_late_children_are_continuations_findable_by_root
         assert len(first["spans"]) + sum(len(t["spans"]) for t in rest) == 4
 
 
+def test_a_fragment_whose_root_never_came_says_its_step_is_a_guess(project):
+    """Children of a root that never reaches the receiver (its process killed) carry no step:
+    the fragment is stored at the latest step seen, partial, its header saying the step is a
+    guess; a whole sample says nothing of the kind."""
+    spans = _sample_spans(6)  # steps 0, 1, 2, 3, 0, 1
+    lost_root = next(s for s in spans if s.parent is None and s.attributes["sample_index"] == 5)
+    sent = [s for s in spans if s is not lost_root]
+    receiver = OTLPReceiver(project, "orphans", port=0, grpc_port=0, summary_interval=0).start()
+    try:
+        body = encode_spans(sent).SerializeToString()
+        response = requests.post(receiver.url + "/v1/traces", data=body, headers=PROTOBUF)
+        assert response.status_code == 200
+    finally:
+        receiver.stop()
+    traces = read_traces(project, "orphans")
+    whole = [t for t in traces if "sample_index" in t["metadata"]]
+    assert sorted(t["metadata"]["sample_index"] for t in whole) == [0, 1, 2, 3, 4]
+    assert not any("step_guessed" in t["metadata"] for t in whole)
+    (fragment,) = [t for t in traces if "sample_index" not in t["metadata"]]
+    assert sorted(s["name"] for s in fragment["spans"]) == ["child-0", "child-1", "child-2"]
+    meta = fragment["metadata"]
+    assert meta["partial"] and meta["step"] == 3  # the latest step seen
+    assert meta["step_guessed"].startswith("no span of this sample carried a step")
+    assert root_span_id(fragment) is None, meta  # its root never came: the tree has none
+
+
 def test_a_held_sample_is_logged_when_its_grace_ends_with_no_more_data(project, tracer_provider):
     exporter = TrackioSpanExporter(project, "timer", sample_grace_seconds=0.3)
     provider = tracer_provider

@@ -470,6 +470,10 @@ def _error_text(span: SpanRecord) -> str | None:
     return str(span.attributes.get("error.type") or "error")
 
 
+STEP_GUESSED = "no span of this sample carried a step: the latest step seen, else 0"
+"""The header's ``step_guessed``: the step shown was not recorded with the sample."""
+
+
 def _translate_metadata(
     sample: Sample,
     spans: list[SpanRecord],
@@ -485,6 +489,8 @@ def _translate_metadata(
     a sample logged without its root names it: ``root_span_id``, before ``search``)."""
     identity = sample.identity
     meta: dict[str, Any] = {"step": identity.step}
+    if identity.stepless:  # no span of it carried a step (its root lost, no wrapper span)
+        meta["step_guessed"] = STEP_GUESSED
     if identity.sample_index is not None:
         meta["sample_index"] = attribute_json(identity.sample_index)
     if identity.rollout_n is not None:
