@@ -17,14 +17,17 @@ OPENAI_V2_EVENTS := opentelemetry-instrumentation-openai-v2==2.3b0 wrapt==1.17.3
 # verl's wheel (1.7 MB, not installed): tests/frameworks/test_verl.py runs its real verl/utils/rollout_trace.py.
 VERL_WHEEL := verl==0.9.1
 # The agent stacks that cannot share the test install: google-adk 2.13 pins opentelemetry-sdk<=1.44,
-# util-genai 1.3b0 is newer than the 1.1b0 openai-v2 2.4b0 needs. They resolve together in an
+# util-genai 1.3b0 is newer than the 1.1b0 openai-v2 2.4b0 needs; the OpenAI Agents SDK and
+# LangGraph (with OpenInference's instrumentors) resolve there too, on openai 3. They resolve together in an
 # environment of their own (with otel-trackio from this checkout and the OTLP/gRPC exporter), where
 # tests/frameworks/test_adk.py and test_frameworks.py run them; only `make test-packages` makes it.
 STACKS_ENV := $(VENV)/genai-stacks
 STACKS_STAMP := $(STACKS_ENV)/.installed
 STACKS_PACKAGES := google-adk==2.13.0 openinference-instrumentation-google-adk==1.0.5 \
 	agent-framework-core==1.23.0 agent-framework-openai==1.17.0 opentelemetry-util-genai==1.3b0 \
-	openai==3.57.0 opentelemetry-exporter-otlp-proto-grpc==1.44.0
+	openai==3.57.0 opentelemetry-exporter-otlp-proto-grpc==1.44.0 \
+	openai-agents==0.24.0 openinference-instrumentation-openai-agents==2.6.0 \
+	langgraph==1.2.22 langchain-openai==1.7.4 openinference-instrumentation-langchain==0.1.80
 
 # The real verl 0.9.1 on CPU torch 2.13.0 (this machine's wheel; plain `torch` pulls CUDA), with the
 # two packages its agent loop imports but its wheel does not declare, and otel-trackio from this

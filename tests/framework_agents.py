@@ -261,6 +261,43 @@ def util_genai_agent(base_url: str, mode: str) -> Callable[[], Any]:
     return run
 
 
+def openai_agents_agent(base_url: str, mode: str) -> Callable[[], Any]:
+    """The OpenAI Agents SDK on the Chat Completions API, traced by OpenInference's instrumentor
+    as the only trace processor (the SDK's own exporter would send to OpenAI)."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from openai import AsyncOpenAI
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    OpenAIAgentsInstrumentor().instrument(exclusive_processor=True)
+    model = OpenAIChatCompletionsModel(
+        model=MODEL, openai_client=AsyncOpenAI(base_url=base_url, api_key="k")
+    )
+    agent = Agent(name="calc", instructions=SYSTEM, model=model, tools=[function_tool(calculator)])
+
+    async def run() -> str:
+        return str((await Runner.run(agent, QUESTION)).final_output)
+
+    return lambda: asyncio.run(run())
+
+
+def langgraph_agent(base_url: str, mode: str) -> Callable[[], Any]:
+    """LangGraph's prebuilt ReAct agent on LangChain's ``ChatOpenAI``, traced by OpenInference's
+    LangChain instrumentor."""
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    LangChainInstrumentor().instrument()
+    llm = ChatOpenAI(model=MODEL, base_url=base_url, api_key="k")
+    graph = create_react_agent(llm, [tool(calculator)], prompt=SYSTEM)
+
+    def run() -> str:
+        return str(graph.invoke({"messages": [("user", QUESTION)]})["messages"][-1].content)
+
+    return run
+
+
 AGENTS: dict[str, Callable[[str, str], Callable[[], Any]]] = {
     "litellm": litellm_agent,
     "strands": strands_agent,
@@ -268,6 +305,8 @@ AGENTS: dict[str, Callable[[str, str], Callable[[], Any]]] = {
     "llama_index": llama_index_agent,
     "agent_framework": agent_framework_agent,
     "util_genai": util_genai_agent,
+    "openai_agents": openai_agents_agent,
+    "langgraph": langgraph_agent,
 }
 
 

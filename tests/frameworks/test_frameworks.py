@@ -12,7 +12,9 @@ Versions (the ``framework-tests`` extra): litellm 1.110.2, strands-agents 1.62.0
 1.26.0 + openinference-instrumentation-smolagents 0.1.43, llama-index-core 0.14.25 +
 openinference-instrumentation-llama-index 4.6.1; in the agent stacks' environment
 (``.venv/genai-stacks``): agent-framework-core 1.23.0 + agent-framework-openai 1.17.0, and a
-loop on the ``openai`` client recorded with opentelemetry-util-genai 1.3b0's ``TelemetryHandler``.
+loop on the ``openai`` client recorded with opentelemetry-util-genai 1.3b0's ``TelemetryHandler``;
+the OpenAI Agents SDK 0.24.0 + openinference-instrumentation-openai-agents 2.6.0; LangGraph 1.2.22
++ langchain-openai 1.7.4 + openinference-instrumentation-langchain 0.1.80.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ MODES: dict[tuple[str, str], dict[str, str]] = {
 }
 #: frameworks that run in the agent stacks' own environment (`make test-packages` makes it)
 STACKS_PYTHON = HERE.parent / ".venv" / "genai-stacks" / "bin" / "python"
-IN_STACKS = frozenset({"agent_framework", "util_genai"})
+IN_STACKS = frozenset({"agent_framework", "util_genai", "openai_agents", "langgraph"})
 
 
 def run_framework(
@@ -306,3 +308,36 @@ def test_util_genai_handler(project, capture):
             "execute_tool calculator",
             *io,
         )
+
+
+def test_openai_agents_sdk(project):
+    """The OpenAI Agents SDK on Chat Completions, with OpenInference's processor as its only one:
+    its ``generation`` spans are the model calls, the function tool a tool span."""
+    for trace in check_framework("openai_agents", "default", project, "generation"):
+        (tool,) = [s for s in trace["spans"] if s["kind"] == "tool"]
+        assert (tool["name"], tool["input"], tool["output"]) == ("calculator", {"expr": "2+2"}, "4")
+
+
+def test_langgraph(project):
+    """LangGraph's ReAct agent through OpenInference's LangChain instrumentor: the ``ChatOpenAI``
+    spans are the model calls, the graph's nodes plain spans. The tool turn also keeps the name
+    LangChain's ``ToolMessage`` carries (OpenInference records it; the wire has none)."""
+    traces, requests = run_framework("langgraph", "default", project)
+    check_samples_named(traces, requests)
+    for trace in traces:
+        check_model_calls(trace, ["ChatOpenAI", "ChatOpenAI"])
+        (tool,) = [s for s in trace["spans"] if s["kind"] == "tool"]
+        assert (tool["name"], tool["input"]) == ("calculator", "2+2")
+
+
+def check_samples_named(traces: list[dict], requests: list[dict[str, Any]]) -> None:
+    """:func:`check_samples`, the tool results also naming their tool (LangChain's messages)."""
+    assert [(t["step"], t["metadata"]["sample_index"]) for t in traces] == [
+        (s, i) for s in range(STEPS) for i in range(SAMPLES)
+    ]
+    for trace, last in zip(traces, requests[1::2], strict=True):
+        expected = [
+            {**m, "name": "calculator"} if m["role"] == "tool" else m
+            for m in sent(last, reply_for(last))
+        ]
+        assert stored(trace) == expected, json.dumps(trace["messages"], indent=1)
