@@ -133,8 +133,9 @@ def sent(request: dict[str, Any], answer: dict[str, Any]) -> list[dict[str, Any]
         content = message.get("content")
         if isinstance(content, list):
             content = "\n".join(p["text"] for p in content if p.get("type", "text") == "text")
-        # a tool-call turn without text is stored as OpenAI sends it: content null
-        m = {"role": message["role"], "content": content or (None if message.get("tool_calls") else "")}
+        if not content:  # a tool-call turn without text is stored as OpenAI sends it: null
+            content = None if message.get("tool_calls") else ""
+        m = {"role": message["role"], "content": content}
         if message.get("tool_calls"):
             m["tool_calls"] = [
                 {"id": c["id"], "type": "function", "function": dict(c["function"])}
