@@ -322,6 +322,28 @@ def test_bad_requests_get_their_status_and_nothing_else_in_flight_is_lost(
     )
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_over_the_default_limit_reads_413_not_a_reset(project, chunked):
+    """21 MiB against the default 20 MiB limit, sent whole before reading (what HTTP clients do),
+    declared or chunked: the client reads the 413 and its reason, each of five times."""
+    receiver = OTLPReceiver(project, "big", port=0, summary_interval=0).start()
+    body = b"\x00" * (21 * 1024 * 1024)
+    try:
+        for _ in range(5):
+            data = iter([body[i : i + (1 << 20)] for i in range(0, len(body), 1 << 20)])
+            response = requests.post(
+                receiver.url + "/v1/traces",
+                data=data if chunked else body,
+                headers=PROTOBUF,
+                timeout=60,
+            )
+            assert response.status_code == 413, response.content
+            assert "limit" in _status(response).message
+    finally:
+        receiver.stop()
+    assert dict(receiver.router.totals().rejected_why) == {"413 too large": 5}
+
+
 def test_decompression_is_capped_while_streaming():
     mib = ReceiverLimits(max_body_bytes=1 << 20)
     bomb = gzip.compress(bytes(64 << 20), compresslevel=9)
