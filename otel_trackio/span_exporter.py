@@ -232,6 +232,8 @@ class TrackioSpanExporter(SpanExporter):
             not_traced=sampler.dropped_samples if sampler is not None else None,
             max_samples_per_step=sampler.max_samples_per_step if sampler is not None else None,
             server=self.settings.server_url or self.settings.space_id,
+            refused_why=self._offload.refused_why if self._offload is not None else None,
+            left_behind=self._offload.left_behind if self._offload is not None else None,
             split=self._split(),
         )
 

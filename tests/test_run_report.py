@@ -117,13 +117,22 @@ def test_spans_the_spool_refused_are_in_the_summary_and_storage_agrees(project, 
     result = run_python(script, trackio_dir)
     assert result.returncode == 0, result.stderr
     lines = _summary_lines(result.stderr)
-    assert sum("spool full" in line and "spans lost" in line for line in lines) == 1, lines
+    assert sum("spool full" in line and "samples lost" in line for line in lines) == 1, lines
     [summary] = [line for line in lines if "samples logged to" in line]
-    found = re.search(r"(\d+) samples logged .*; (\d+) spans refused before the spool", summary)
+    found = re.search(
+        r"(\d+) samples logged .*; (\d+) partial, (\d+) lost \((\d+) of them before the spool: "
+        r"spool full .*; (\d+) spans in all",
+        summary,
+    )
     assert found is not None, summary
-    logged, refused = int(found.group(1)), int(found.group(2))
-    assert refused > 0 and logged == len(read_traces(project, "full"))
-    assert logged + refused // 2 <= 200  # each refused sample had two spans
+    logged, partial, lost, refused_samples, refused_spans = map(int, found.groups())
+    traces = read_traces(project, "full")
+    assert refused_spans > 0 and lost == refused_samples and logged == len(traces)
+    whole = {t["metadata"]["sample_index"] for t in traces if not t["metadata"].get("partial")}
+    assert partial == len(traces) - len(whole)
+    # every sample is stored whole, or lost with its root (a root refused after its child was
+    # spooled leaves that child stored, partial)
+    assert len(whole) + lost == 200, (len(whole), lost, partial)
 
 
 def test_a_run_that_is_one_of_several_of_its_name_is_said_in_the_summary(project, trackio_dir):

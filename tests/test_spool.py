@@ -620,7 +620,8 @@ def test_drain_with_a_timeout_stops_when_storage_takes_nothing_and_says_what_is_
         server.communicate(timeout=120)
         stuck = _drain(project, trackio_dir, "--timeout", "3")
     assert stuck.returncode == 1, stuck.stdout + stuck.stderr
-    assert "stopped after 3 s with" in stuck.stdout and "bytes left in" in stuck.stdout
+    assert "otel-trackio drain: stopped after 3 s (" in stuck.stdout, stuck.stdout
+    assert "bytes left in" in stuck.stdout
     drained = _drain(project, trackio_dir)
     assert drained.returncode == 0, drained.stderr
     indexes = [t["metadata"]["sample_index"] for t in read_traces(project, "restart")]

@@ -90,17 +90,21 @@ class SpanChunk:
     the same rows as :func:`encode_sdk_spans`, read from each span while its data is still in
     the cache of the CPU that just ended it."""
 
-    __slots__ = ("_flat", "_resources", "spans")
+    __slots__ = ("_flat", "_resources", "roots", "spans")
 
     def __init__(self) -> None:
         self._flat: list[Any] = []
         self._resources: dict[int, Mapping[str, Any]] = {}
         self.spans = 0
+        self.roots = 0
+        """Spans with no parent in this process: the samples (or parts of one) it holds."""
 
     def add(self, span: ReadableSpan) -> None:
         """Append one ended span's row."""
         extend_rows((span,), self._flat, self._resources)
         self.spans += 1
+        if span.parent is None or span.parent.is_remote:
+            self.roots += 1
 
     def payload(self, route: Route = NO_ROUTE) -> bytes:
         """The chunk's spans as one :data:`SPANS` payload."""

@@ -360,15 +360,15 @@ class TracePipeline:
                 self.stats.samples_lost += len(self._writes)
                 self._warn(
                     "shutdown-lost",
-                    f"shutdown: Trackio's storage still fails; {len(self._writes)} samples "
+                    f"shutdown: {self.write_failure}; {len(self._writes)} samples "
                     f"lost ({self.stats.samples_lost} samples lost in all)",
                 )
             elif acquired and self._writes:
-                why = "stopped writing" if self._writes.stopped else "Trackio's storage still fails"
+                why = "stopped writing" if self._writes.stopped else self.write_failure
                 self._warn(
                     "shutdown-kept",
-                    f"shutdown: {why}; {len(self._writes)} samples not stored stay in the spool "
-                    "for the next start",
+                    f"shutdown: {why}: {len(self._writes)} samples waiting in the spool; the next "
+                    "start for the run (or `otel-trackio drain`) stores them",
                 )
         finally:
             if acquired:
@@ -403,6 +403,12 @@ class TracePipeline:
             return False
         finally:
             self._unlock()
+
+    @property
+    def write_failure(self) -> str:
+        """Why Trackio's storage does not take writes, in plain words (``no space left on
+        <folder>``, else what failed)."""
+        return f"Trackio's storage still fails ({self._writes.failure_text or 'timed out'})"
 
     @property
     def writing_behind(self) -> bool:

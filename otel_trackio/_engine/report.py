@@ -82,6 +82,10 @@ class RunSummary:
     """The Trackio server (URL or Space id) the run logs to; None: local storage."""
     split: str | None = None
     """What to say when the run is one of several of its name (see ``split_from``)."""
+    refused_why: str | None = None
+    """Why spans were given up before the spool (``no space left on <spool>``), if they were."""
+    left_behind: str | None = None
+    """What a shutdown that ended early left in the spool (``1.2 MB waiting in <spool>``)."""
 
     def lines(self, trackio_dir: str | Path | None = None) -> list[str]:
         """The two lines: what was logged, then how to open it; a third when no sample carried
@@ -96,17 +100,20 @@ class RunSummary:
             steps = f", steps {stats.first_step} to {stats.last_step} ({stats.steps_logged} steps)"
         first = (
             f"otel-trackio: {stats.samples_logged} samples logged to {where}{steps}; "
-            f"{stats.partial_samples} partial, {stats.samples_lost} lost"
+            f"{stats.partial_samples} partial, {stats.samples_lost + stats.samples_refused} lost"
         )
         if stats.already_stored:
             first += f"; {stats.already_stored} found stored already (kept once)"
         if stats.unusable_steps:
             first += f"; {stats.unusable_steps} not stored (no usable step)"
         if stats.spans_refused:
+            why = self.refused_why or "said above"
             first += (
-                f"; {stats.spans_refused} spans refused before the spool (said above): "
-                "their samples are missing or partial"
+                f" ({stats.samples_refused} of them before the spool: {why}; "
+                f"{stats.spans_refused} spans in all, a sample missing some of them is partial)"
             )
+        if self.left_behind:
+            first += f"; not stored yet: {self.left_behind} (`otel-trackio drain` stores it)"
         if self.not_traced is not None:
             first += f"; {self.not_traced} not traced"
             if self.max_samples_per_step is not None:

@@ -41,6 +41,7 @@ class ExportStats:
     # Spans this process never handed on (the spool or the queue full, a span not encodable):
     # their samples are missing, or partial.
     spans_refused: int = 0
+    samples_refused: int = 0  # the sample roots among them: those samples are lost
     step_durations_logged: int = 0  # scalars of the steps' own spans (step_durations_key)
     # The steps Traces were logged at: how many distinct ones, the first and the last (both 0
     # while ``steps_logged`` is 0).

@@ -20,8 +20,9 @@ from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.samples import Sample, missing_spans
 from otel_trackio._engine.batches import sample_order
 from otel_trackio._engine.stats import ExportStats
-from otel_trackio._engine.warn import Warnings
+from otel_trackio._engine.warn import Warnings, no_space, no_space_on, out_of_space
 from otel_trackio._settings import TrackioSettings
+from otel_trackio._trackio.installed import trackio_dir
 from otel_trackio._trackio.sink import TrackioSink
 from otel_trackio._trackio.storage import stored_span_ids
 
@@ -71,6 +72,8 @@ class WriteLedger:
         """When (monotonic) writes to storage started failing; None while they succeed."""
         self.stopped = False
         """True once :meth:`stop` was called: nothing more is written."""
+        self.last_failure = ""
+        """What the last write's failure said ("" after one that worked)."""
 
     def __len__(self) -> int:
         return len(self._unwritten)
@@ -134,6 +137,15 @@ class WriteLedger:
         """True while a write behind holds samples not yet known to be stored."""
         return bool(self._behind)
 
+    @property
+    def failure_text(self) -> str:
+        """Why the last write failed, in plain words ("" after one that worked): a full disk
+        is ``no space left on <Trackio's folder>``."""
+        folder = trackio_dir()
+        if self.last_failure and (no_space(self.last_failure) or out_of_space(folder)):
+            return no_space_on(folder)  # Trackio's own failures name no cause: the disk says
+        return self.last_failure
+
     def write(self, timeout_seconds: float) -> bool:
         """Make what was logged durable in Trackio's storage. On success the samples count as
         logged; on a failure they stay kept (see the module's docstring)."""
@@ -152,6 +164,7 @@ class WriteLedger:
         except Exception as exc:  # noqa: BLE001 - flushing must not crash the user's program
             ok, failures = False, repr(exc)
             self._log_again = True
+        self.last_failure = "" if ok else failures
         if ok:
             written = self._unwritten
             self._unwritten = []
@@ -173,7 +186,7 @@ class WriteLedger:
         self._drop_past_bound()
         self._warn(
             "storage",
-            f"Trackio could not write to its storage ({failures or 'timed out'}) for "
+            f"Trackio could not write to its storage ({self.failure_text}) for "
             f"{time.monotonic() - self.failing_since:.0f} s; {len(self._unwritten)} samples "
             "kept and retried (nothing acknowledged is given up; "
             f"{self._stats.samples_logged} stored so far)",

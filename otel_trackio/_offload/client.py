@@ -45,7 +45,7 @@ from otel_trackio._engine.open_spans import OpenSpans
 from otel_trackio._engine.report import say
 from otel_trackio._engine.stats import ExportStats
 from otel_trackio._engine.steps import latest_step
-from otel_trackio._engine.warn import Warnings
+from otel_trackio._engine.warn import Warnings, no_space, no_space_on
 from otel_trackio._offload.open_span_report import OpenSpanReporter
 from otel_trackio._offload.priority import CATCHING_UP, set_autogroup_nice
 from otel_trackio._offload.protocol import (
@@ -246,6 +246,13 @@ class OffloadClient:
         self._warn = Warnings()
         self.spans_spooled = 0
         self.spans_refused = 0
+        self.samples_refused = 0
+        self.refused_why = ""
+        """Why spans were last given up before the spool (the summary says it)."""
+        self.left_behind: str | None = None
+        """What a shutdown that ended early left in the spool (the summary says it)."""
+        self._last_progress: tuple[Any, ...] | None = None
+        self._moved_at = 0.0
         self.exports_refused = 0
         self.writer_starts = 0
         # Spans open long reach the writer, for the traces it logs at the TTL.
@@ -337,16 +344,18 @@ class OffloadClient:
         """Append the spans to the spool; False when refused (warned and counted)."""
         if self._closed:
             return False
-        return self.spool_spans([codec.encode_sdk_spans(spans)], len(spans))
+        roots = sum(1 for s in spans if s.parent is None or s.parent.is_remote)
+        return self.spool_spans([codec.encode_sdk_spans(spans)], len(spans), roots)
 
-    def spool_spans(self, payloads: Sequence[bytes], spans: int) -> bool:
+    def spool_spans(self, payloads: Sequence[bytes], spans: int, roots: int = 0) -> bool:
         """Append :data:`~otel_trackio._codec.spool.SPANS` payloads holding ``spans`` spans in
-        all, as one unit (one write); False when refused (warned and counted)."""
+        all (``roots`` of them sample roots), as one unit (one write); False when refused
+        (warned and counted)."""
         if self._closed:
             return False
         refused = self.try_spool_spans(payloads, spans)
         if refused is not None:
-            self.refuse_spans(spans, *refused)
+            self.refuse_spans(spans, *refused, samples=roots)
             return False
         return True
 
@@ -374,18 +383,24 @@ class OffloadClient:
         except SpoolFull as exc:
             return (NEVER_FITS if exc.never_fits else "full", f"spool full ({exc})")
         except (OSError, RuntimeError) as exc:
+            if no_space(exc):
+                return ("spool", no_space_on(self.path))
             return ("spool", f"could not write the spool ({exc!r})")
         self._step_sent = step
         with self._count_lock:
             self.spans_spooled += spans
         return None
 
-    def refuse_spans(self, spans: int, kind: str, why: str, *, refusals: int = 1) -> None:
-        """Count ``spans`` spans refused (in ``refusals`` failed exports) and warn ``why``
-        (once per ``kind``)."""
+    def refuse_spans(
+        self, spans: int, kind: str, why: str, *, refusals: int = 1, samples: int = 0
+    ) -> None:
+        """Count ``spans`` spans refused (in ``refusals`` failed exports; ``samples`` of them
+        sample roots, whose samples are lost) and warn ``why`` (once per ``kind``)."""
         with self._count_lock:
             self.spans_refused += spans
+            self.samples_refused += samples
             self.exports_refused += refusals
+            self.refused_why = why.split(";", 1)[0]
         self._warn(kind, why)
 
     def export_metrics(self, data: MetricsData) -> bool:
@@ -524,7 +539,6 @@ class OffloadClient:
         watch = WriterWatch(self.writer_pid, self._progress())
         report = Progress(self, started)
         finishers = 0
-        moved_at, last = started, self._progress()
         pause = 0.002
         while closing is not None or not self._writer_done():
             if closing is not None:
@@ -540,10 +554,8 @@ class OffloadClient:
             if deadline is not None and now >= deadline:
                 return False
             progress = self._progress()
-            if progress != last:
-                moved_at, last = now, progress
-            elif deadline is None and now - moved_at >= GIVE_UP_SECONDS:
-                return False
+            if deadline is None and self.stalled_seconds() >= GIVE_UP_SECONDS:
+                return False  # the spans' own wait for room counts: one bound for both
             process = self._process
             why: str | None = None
             if process is None or process.poll() == OPEN_FAILED:
@@ -562,7 +574,7 @@ class OffloadClient:
                 finishers += 1
                 self._hand_over(why)
                 watch = WriterWatch(self.writer_pid, progress)
-                moved_at = time.monotonic()
+                self._moved_at = time.monotonic()
             report.show()
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
@@ -580,6 +592,14 @@ class OffloadClient:
         if process is not None and process.poll() is None:
             _stop_process(process)
 
+    def stalled_seconds(self) -> float:
+        """Seconds since the writer last moved on (what it processed, flushed or stored), as
+        seen by the calls of this and the closing code (0 at the first call)."""
+        progress, now = self._progress(), time.monotonic()
+        if progress != self._last_progress:
+            self._last_progress, self._moved_at = progress, now
+        return now - self._moved_at
+
     def _progress(self) -> tuple[Any, ...]:
         """Where the writer is: what it processed, the flushes it served, what it stored."""
         checkpoint = load_checkpoint(self.path)
@@ -595,6 +615,9 @@ class OffloadClient:
 
     def _say_what_is_left(self, waited: float) -> None:
         left = self.backlog()
+        checkpoint = load_checkpoint(self.path)  # from the oldest entry not stored: all of it
+        unstored = bytes_from(self.path, checkpoint.oldest if checkpoint else Position(0, 0))
+        self.left_behind = f"{unstored / 1e6:.1f} MB waiting in {self.path}" if unstored else None
         run = self.sink.run_name if self.sink.opened else self.sink.requested_name
         self._warn(
             "shutdown",
@@ -632,6 +655,7 @@ class OffloadClient:
         stats = ExportStats.from_dict(checkpoint.stats if checkpoint is not None else {})
         stats.spans_received = self.spans_spooled + self.spans_refused
         stats.spans_refused = self.spans_refused
+        stats.samples_refused = self.samples_refused
         stats.failed_exports += self.exports_refused
         return stats
 

@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -45,9 +45,20 @@ faster than the disk keeps a bounded memory."""
 MAX_WAIT_SECONDS = 10.0
 CLOSE_RETRY_SECONDS = 0.2
 """At close, how often spans waiting for room in the spool are offered again."""
+CLOSE_STALL_SECONDS = 10.0
+"""At close, spans waiting for room stop waiting once the writer has stored nothing for this long
+(its storage full too): the exporter's shutdown then says what is left."""
 MAX_HELD_BYTES = 64 * 1024 * 1024
 """Spans the spool could not take (its disk full, its bound reached) wait in memory up to this
 many bytes, offered again with each append; past it the oldest are given up, counted."""
+
+
+class Packed(NamedTuple):
+    """One packed chunk: its payload, its spans, the sample roots among them."""
+
+    payload: bytes
+    spans: int
+    roots: int
 
 
 class SpanSpooler:
@@ -84,10 +95,10 @@ class SpanSpooler:
         self._write_lock = threading.Lock()  # one append at a time: the spool keeps their order
         self._wake = threading.Event()
         self._chunk = SpanChunk()
-        self._packed: list[tuple[bytes, int]] = []  # (payload, its spans)
+        self._packed: list[Packed] = []
         # What the spool could not take (its disk full, its bound reached): kept, oldest first,
         # and offered again first; past MAX_HELD_BYTES the oldest are given up (counted, said).
-        self._held: list[tuple[bytes, int]] = []
+        self._held: list[Packed] = []
         self._held_bytes = 0
         self._packed_spans = 0
         self._packed_bytes = 0
@@ -141,10 +152,13 @@ class SpanSpooler:
             payload = chunk.payload()
         except Exception as exc:  # noqa: BLE001 - the rollout's thread, or the spooler's
             self._client.refuse_spans(
-                chunk.spans, "encode", f"could not encode {chunk.spans} spans: {exc!r}"
+                chunk.spans,
+                "encode",
+                f"could not encode {chunk.spans} spans: {exc!r}",
+                samples=chunk.roots,
             )
             return
-        self._packed.append((payload, chunk.spans))
+        self._packed.append(Packed(payload, chunk.spans, chunk.roots))
         self._packed_spans += chunk.spans
         self._packed_bytes += len(payload)
         self._bytes_per_span = len(payload) // max(1, chunk.spans)
@@ -183,9 +197,9 @@ class SpanSpooler:
             offered = [*self._held, *packed]
             if not offered:
                 return True
-            waited = sum(count for _, count in self._held)
+            waited = sum(part.spans for part in self._held)
             refused = self._offer(offered)
-            waiting: list[tuple[bytes, int]] = []
+            waiting: list[Packed] = []
             if refused is not None:
                 if len(offered) > 1 or refused[0] == NEVER_FITS:
                     refused, waiting = self._offer_each(offered)
@@ -203,28 +217,31 @@ class SpanSpooler:
             assert refused is not None
             kind, why = refused
             self._held = waiting
-            self._held_bytes = sum(len(p) for p, _ in waiting)
-            lost = 0
+            self._held_bytes = sum(len(part.payload) for part in waiting)
+            lost = lost_roots = 0
             while self._held and (last or self._held_bytes > MAX_HELD_BYTES):
-                payload, count = self._held.pop(0)
-                self._held_bytes -= len(payload)
-                lost += count
+                part = self._held.pop(0)
+                self._held_bytes -= len(part.payload)
+                lost += part.spans
+                lost_roots += part.roots
             if lost:
                 self._client.refuse_spans(
-                    lost, kind, f"{why}; {lost} spans lost (they could not wait any longer)"
+                    lost,
+                    kind,
+                    f"{why}; {lost_roots} samples lost ({lost} spans: they could not wait any "
+                    "longer)",
+                    samples=lost_roots,
                 )
             if self._held:
                 self._client.said(
                     "held",
-                    f"{why}; {sum(c for _, c in self._held)} spans wait in memory "
+                    f"{why}; {sum(part.spans for part in self._held)} spans wait in memory "
                     f"({self._held_bytes / 1e6:.1f} MB, at most {MAX_HELD_BYTES // 10**6} MB) "
                     "until it takes them",
                 )
             return False
 
-    def _offer_each(
-        self, parts: list[tuple[bytes, int]]
-    ) -> tuple[tuple[str, str] | None, list[tuple[bytes, int]]]:
+    def _offer_each(self, parts: list[Packed]) -> tuple[tuple[str, str] | None, list[Packed]]:
         """Offer ``parts`` one at a time, oldest first, as many as there is room for now: (why
         the first one not taken was not, what still waits). A part larger than the spool's
         bound is given up at once, counted: no use waiting for room."""
@@ -234,17 +251,22 @@ class SpanSpooler:
             if why is None:
                 continue
             if why[0] == NEVER_FITS:
-                self._client.refuse_spans(part[1], why[0], f"{why[1]}: {part[1]} spans lost")
+                self._client.refuse_spans(
+                    part.spans,
+                    why[0],
+                    f"{why[1]}; {part.roots} samples lost ({part.spans} spans)",
+                    samples=part.roots,
+                )
                 refused = why
                 continue
             return why, parts[i:]
         return refused, []
 
-    def _offer(self, parts: list[tuple[bytes, int]]) -> tuple[str, str] | None:
+    def _offer(self, parts: list[Packed]) -> tuple[str, str] | None:
         """Append ``parts`` in one write: None, or why the spool did not take them."""
-        spans = sum(count for _, count in parts)
+        spans = sum(part.spans for part in parts)
         try:
-            return self._client.try_spool_spans([payload for payload, _ in parts], spans)
+            return self._client.try_spool_spans([part.payload for part in parts], spans)
         except Exception as exc:  # noqa: BLE001 - as export(): the thread must live on
             return ("spool", f"could not spool {spans} spans: {exc!r}")
 
@@ -267,6 +289,8 @@ class SpanSpooler:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_seconds)
         while not self.append(pack_partial=True) and time.monotonic() < deadline:
+            if self._client.stalled_seconds() >= CLOSE_STALL_SECONDS:
+                break  # the writer stores nothing: no room comes from it
             time.sleep(CLOSE_RETRY_SECONDS)  # room comes back as the writer drains the spool
         return self.append(pack_partial=True, last=True)
 

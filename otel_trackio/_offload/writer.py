@@ -212,6 +212,9 @@ def _take(
 
 ORPHAN_FLAG = "--orphan"
 """The spool's rollout process is gone: drain everything, log the open samples, stop."""
+TIMEOUT_FLAG = "--timeout"
+"""Followed by seconds: an orphan's drain gives up after that long (``otel-trackio drain
+--timeout``), what is left staying in the spool, exit status :data:`STOPPED`."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args[0])
     orphaned = ORPHAN_FLAG in args[1:]
     finishing = FINISH_FLAG in args[1:]
+    timeout = float(args[args.index(TIMEOUT_FLAG) + 1]) if TIMEOUT_FLAG in args[1:] else None
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         config = decode_config((path / CONFIG_FILE).read_bytes())
@@ -288,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     done = False
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    timer = None if timeout is None else threading.Timer(max(0.0, timeout), stop.set)
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     if not orphaned:  # what writers killed with their rollout process left, each in its run
         adopt_abandoned(spool_project_folder(path), besides=path)
     try:
@@ -296,11 +304,22 @@ def main(argv: list[str] | None = None) -> int:
         # everything is stored before the spool goes.
         done = not stop.is_set() and _stored(pipeline, stop)
         drainer.close()
-        if done and not drainer.producer_closed:
+        if done and (orphaned or not drainer.producer_closed):
             # Its rollout process is gone and everything is in Trackio: nothing left to finish.
-            # (After a CLOSE the exporter reads the final counters, then removes the spool.)
+            # (After a CLOSE the exporter reads the final counters, then removes the spool;
+            # one that closed it and gave up waiting is gone: an orphan's drain removes it.)
             remove_spool(path, spool_root(settings))
     finally:
         pipeline.close(flush=False)  # what is not logged stays in the spool
         store.close()
+    if timer is not None and not done:
+        why = drainer.stalled or "storing had not finished"
+        _logger.error(
+            "otel-trackio drain: stopped after %g s (%s): %d samples waiting in %s; run it "
+            "again to go on",
+            timeout,
+            why,
+            pipeline.unwritten_samples,
+            path,
+        )
     return 0 if done else STOPPED

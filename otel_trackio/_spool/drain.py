@@ -267,7 +267,7 @@ class Drainer:
             if self._recovering_until is not None and self.position >= self._recovering_until:
                 self._recovering_until = None
             if not ok:
-                self._stall("Trackio's storage is not taking writes")
+                self._stall(self._storage_failure())
                 break
             if stop is not None and stop.is_set():
                 break
@@ -381,6 +381,11 @@ class Drainer:
 
     # -- stalls: a write or a checkpoint failing --------------------------------------------
 
+    def _storage_failure(self) -> str:
+        """Why storing stalls: the first failing pipeline's reason (a full disk named)."""
+        failing = [p.write_failure for p in self._pipelines if p.unwritten_samples]
+        return failing[0] if failing else "Trackio's storage is not taking writes"
+
     def _stall(self, why: str) -> None:
         if self.stalled is None:
             self._stalled_since = time.monotonic()
@@ -401,7 +406,7 @@ class Drainer:
         """Try the failed writes and the checkpoint again; True when the drain can go on."""
         for pipeline in self._pipelines:
             if pipeline.unwritten_samples and not pipeline.retry_writes():
-                self._stall("Trackio's storage is not taking writes")
+                self._stall(self._storage_failure())
                 return False
         if self._unserved_flush:
             self.flushed = max(self.flushed, self._unserved_flush)
@@ -526,7 +531,7 @@ class Drainer:
         """Checkpoint while idle too: samples logged by the pipelines' timers free segments.
         A pipeline whose timer's write failed stalls the drain until it is retried."""
         if any(p.unwritten_samples and p.failing_since for p in self._pipelines):
-            self._stall("Trackio's storage is not taking writes")
+            self._stall(self._storage_failure())
             return
         if time.monotonic() - self._last_checkpoint >= every_seconds:
             self._save()
@@ -602,7 +607,7 @@ class Drainer:
         for pipeline in self._pipelines:
             ok = pipeline.settle(received) and ok
         if not ok:
-            self._stall("Trackio's storage is not taking writes")
+            self._stall(self._storage_failure())
         return ok
 
     def _settle_writes(self) -> bool:
@@ -613,7 +618,7 @@ class Drainer:
             return True
         ok = all([p.settle_writes() for p in behind])
         if not ok:
-            self._stall("Trackio's storage is not taking writes")
+            self._stall(self._storage_failure())
             return False
         self._save()
         return True

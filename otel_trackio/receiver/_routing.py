@@ -457,6 +457,11 @@ class Router:
 
     # -- housekeeping ----------------------------------------------------------------------
 
+    @property
+    def stalled(self) -> str | None:
+        """Why the drain does not move on (``... no space left on <folder>``), or None."""
+        return self._drainer.stalled
+
     def backlog(self) -> tuple[int, float | None]:
         """(bytes spooled but not yet handed to the pipelines, seconds the oldest has waited)."""
         return self._drainer.backlog()

@@ -200,29 +200,31 @@ def _drain(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from otel_trackio._offload.protocol import CONFIG_FILE, FINISH_FLAG
-    from otel_trackio._offload.writer import ORPHAN_FLAG
+    from otel_trackio._offload.writer import ORPHAN_FLAG, TIMEOUT_FLAG
     from otel_trackio._offload.writer import main as drain_offload_spool
     from otel_trackio._settings import TrackioSettings
     from otel_trackio._spool.paths import spool_root
     from otel_trackio.receiver._routing import Router
 
+    bound = [] if args.timeout is None else [TIMEOUT_FLAG, str(max(0.0, args.timeout))]
     if args.spool and (Path(args.spool) / CONFIG_FILE).exists():
-        return drain_offload_spool([args.spool, ORPHAN_FLAG, FINISH_FLAG])
+        return drain_offload_spool([args.spool, ORPHAN_FLAG, FINISH_FLAG, *bound])
     if not args.project and not args.spool:
-        return _drain_abandoned(spool_root(TrackioSettings.from_env()))
+        return _drain_abandoned(spool_root(TrackioSettings.from_env()), bound)
     router = Router(args.project, args.name, settings=TrackioSettings.from_env(), spool=args.spool)
     deadline = None if args.timeout is None else time.monotonic() + max(0.0, args.timeout)
     while not router.drained():
         waiting, behind = router.backlog()
         if deadline is not None and time.monotonic() >= deadline:
             router.shutdown(0)  # what is left stays in the spool for the next drain
+            why = router.stalled or "storing had not finished"
             _print(
-                f"otel-trackio drain: stopped after {args.timeout:g} s with {waiting} bytes left "
-                f"in {router.spool_path} (is Trackio's storage taking writes? a full disk?); "
-                "run it again to go on"
+                f"otel-trackio drain: stopped after {args.timeout:g} s ({why}) with {waiting} "
+                f"bytes left in {router.spool_path}; run it again to go on"
             )
             return 1
-        _print(f"otel-trackio drain: {waiting} bytes left ({behind or 0:.0f} s behind)")
+        stalled = f"; {router.stalled}" if router.stalled else ""
+        _print(f"otel-trackio drain: {waiting} bytes left ({behind or 0:.0f} s behind){stalled}")
         router.wait_drained(5.0 if deadline is None else min(5.0, deadline - time.monotonic()))
     router.shutdown()  # drained: it returns once the last writes are stored
     totals = router.totals()
@@ -269,10 +271,11 @@ def _count(number: int, thing: str) -> str:
     return f"{number} {thing}" + ("" if number == 1 else "s")
 
 
-def _drain_abandoned(root: Path) -> int:
+def _drain_abandoned(root: Path, bound: list[str]) -> int:
     """``otel-trackio drain`` with no arguments: every offload spool under ``root`` left by a
     writer killed with its rollout process, each into the run recorded in it (a writer process
-    each, at this process's priority, one after the other)."""
+    each, at this process's priority, one after the other; ``bound``: each gives up after
+    ``--timeout`` seconds)."""
     import subprocess
 
     from otel_trackio._offload.client import writer_environment
@@ -289,7 +292,15 @@ def _drain_abandoned(root: Path) -> int:
     for spool in spools:
         _print(f"otel-trackio drain: storing {spool}")
         done = subprocess.run(
-            [sys.executable, "-m", "otel_trackio._offload", str(spool), ORPHAN_FLAG, FINISH_FLAG],
+            [
+                sys.executable,
+                "-m",
+                "otel_trackio._offload",
+                str(spool),
+                ORPHAN_FLAG,
+                FINISH_FLAG,
+                *bound,
+            ],
             stdin=subprocess.DEVNULL,
             env=writer_environment(),
             check=False,
