@@ -169,7 +169,8 @@ def expected_conversation(scenario: dict[str, Any], report: dict[str, Any]) -> l
             }
             for c in step["toolCalls"]
         ]
-        messages.append({"role": "assistant", "content": step["text"], "tool_calls": calls})
+        # a tool-call turn without text: content null, as the OpenAI API has it
+        messages.append({"role": "assistant", "content": step["text"] or None, "tool_calls": calls})
         results = {r["id"]: r["output"] for r in step["toolResults"]}
         for c in step["toolCalls"]:
             messages.append(

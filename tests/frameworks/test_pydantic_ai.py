@@ -89,7 +89,8 @@ def openai_messages(history: list[ModelMessage]) -> list[dict[str, Any]]:
         else:
             calls = [p for p in message.parts if isinstance(p, ToolCallPart)]
             text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
-            turn: dict[str, Any] = {"role": "assistant", "content": text}
+            # a tool-call turn without text: content null, as the OpenAI API has it
+            turn: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
             if calls:
                 turn["tool_calls"] = [
                     {
