@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -78,19 +79,41 @@ def chunks(request: dict[str, Any], message: dict[str, Any]) -> list[dict[str, A
     return out
 
 
+def text_completion(request: dict[str, Any]) -> dict[str, Any]:
+    """A text completion (``/v1/completions``) answering the prompt."""
+    return {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "model": request.get("model") or MODEL,
+        "choices": [
+            {"index": 0, "text": f" completes: {request.get('prompt')}", "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": INPUT_TOKENS, "completion_tokens": OUTPUT_TOKENS},
+    }
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def do_POST(self) -> None:
+        self.server.headers.append({k.lower(): v for k, v in self.headers.items()})
         length = int(self.headers.get("Content-Length") or 0)
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
             body = {}
+        if self.path.rstrip("/").endswith("/v1/completions"):  # a text completion
+            self.server.requests.append(body)
+            self._send(200, text_completion(body))
+            return
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
         self.server.requests.append(body)
+        failure = self.server.fail(body)
+        if failure is not None:
+            self._send(failure, {"error": {"message": f"scripted failure {failure}"}})
+            return
         message = self.server.reply(body)
         if body.get("stream"):
             self._stream(chunks(body, message))
@@ -106,13 +129,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _stream(self, events: list[dict[str, Any]]) -> None:
-        data = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events)
-        data += b"data: [DONE]\n\n"
+        parts = [f"data: {json.dumps(e)}\n\n".encode() for e in events]
+        parts.append(b"data: [DONE]\n\n")
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        if not self.server.chunk_delay:
+            data = b"".join(parts)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.end_headers()  # HTTP/1.0 without a length: the stream ends when the answer does
+        for part in parts:  # one event at a time, as a model produces them
+            self.wfile.write(part)
+            self.wfile.flush()
+            time.sleep(self.server.chunk_delay)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: tests read results, not access logs."""
@@ -120,25 +151,44 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # many concurrent callers: none refused at the door
 
-    def __init__(self, reply: Reply) -> None:
+    def __init__(
+        self, reply: Reply, chunk_delay: float, fail: Callable[[dict[str, Any]], int | None]
+    ) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.reply = reply
+        self.chunk_delay = chunk_delay
+        self.fail = fail
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
 
 
 class FakeOpenAIServer:
     """Context manager running the fake server on a free loopback port; ``base_url`` for clients,
     ``requests`` for the bodies received."""
 
-    def __init__(self, reply: Reply = reply_for) -> None:
-        self._server = _Server(reply)
+    def __init__(
+        self,
+        reply: Reply = reply_for,
+        *,
+        chunk_delay: float = 0.0,
+        fail: Callable[[dict[str, Any]], int | None] = lambda request: None,
+    ) -> None:
+        """``chunk_delay``: seconds between a stream's events (0: all at once); ``fail``: the
+        status to answer a chat request with instead of a reply (None: reply)."""
+        self._server = _Server(reply, chunk_delay, fail)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        """The headers of every request received so far (names in lower case), in order."""
+        return self._server.headers
 
     @property
     def requests(self) -> list[dict[str, Any]]:

@@ -17,13 +17,20 @@ TOKEN_ENV = "OTEL_TRACKIO_RECEIVER_TOKEN"
 """The receiver's token, when neither ``--token`` nor ``--token-file`` is given."""
 
 
+UPSTREAM_KEY_ENV = "OTEL_TRACKIO_UPSTREAM_KEY"
+"""The upstream's API key for ``serve --upstream`` (else ``--upstream-key-file``)."""
+
+
 def resolve_token(
     token: str | None = None,
     token_file: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    *,
+    env: str = TOKEN_ENV,
 ) -> str | None:
-    """The token from ``token``, else the first line of ``token_file``, else :data:`TOKEN_ENV`;
-    None when none is set. ``ValueError`` for an unreadable or empty file, or both given."""
+    """The token from ``token``, else the first line of ``token_file``, else the variable
+    ``env``; None when none is set. ``ValueError`` for an unreadable or empty file, or both
+    given."""
     if token and token_file:
         raise ValueError("give the token once: --token or --token-file, not both")
     if token_file:
@@ -38,7 +45,7 @@ def resolve_token(
         return lines[0].strip()
     if token:
         return token
-    value = (os.environ if environ is None else environ).get(TOKEN_ENV, "").strip()
+    value = (os.environ if environ is None else environ).get(env, "").strip()
     return value or None
 
 

@@ -42,6 +42,7 @@ from otel_trackio.receiver._errors import ReceiverUnavailable
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, ReceiverLimits
 from otel_trackio.receiver._routing import Router
 from otel_trackio.receiver._signals import SIGNALS, Signal
+from otel_trackio.receiver.proxy import ModelProxy
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
@@ -60,6 +61,7 @@ def create_app(
     limits: ReceiverLimits | None = None,
     on_shutdown: Callable[[], None] | None = None,
     budget: BodyBudget | None = None,
+    proxy: ModelProxy | None = None,
 ) -> Starlette:
     """An OTLP/HTTP receiver app feeding ``router``.
 
@@ -75,6 +77,7 @@ def create_app(
             ``router.shutdown`` (open samples logged as partial, runs finished).
         budget: the request bytes held at once (shared with the receiver's OTLP/gRPC door);
             default: one of ``limits.inflight_bytes`` for this app alone.
+        proxy: the OpenAI-compatible routes of ``serve --upstream`` (:mod:`.proxy`), if any.
     """
     limits = limits or DEFAULT_LIMITS
     if max_body_bytes is not None:
@@ -145,12 +148,13 @@ def create_app(
         try:
             yield
         finally:
+            if proxy is not None:  # its open samples end (partial) before the runs do
+                await proxy.aclose()
+                await run_in_threadpool(proxy.close)
             await run_in_threadpool(on_shutdown or router.shutdown)
 
-    return Starlette(
-        routes=[Route(signal.path, endpoint(signal), methods=["POST"]) for signal in SIGNALS],
-        lifespan=lifespan,
-    )
+    routes = [Route(signal.path, endpoint(signal), methods=["POST"]) for signal in SIGNALS]
+    return Starlette(routes=[*routes, *(proxy.routes() if proxy else [])], lifespan=lifespan)
 
 
 def _error(

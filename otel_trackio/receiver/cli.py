@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from otel_trackio.receiver._auth import TOKEN_ENV, resolve_token
+from otel_trackio.receiver._auth import TOKEN_ENV, UPSTREAM_KEY_ENV, resolve_token
 from otel_trackio.receiver._limits import DEFAULT_LIMITS, MIB, ReceiverLimits
 
 
@@ -61,6 +61,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-file",
         default=None,
         help=f"read the token from the first line of this file (else --token, else {TOKEN_ENV})",
+    )
+    serve.add_argument(
+        "--upstream",
+        default=None,
+        metavar="URL",
+        help="an OpenAI-compatible base URL (vLLM, SGLang, OpenAI): the HTTP port also answers "
+        "model calls at /rollouts/STEP/SAMPLE_INDEX/v1, forwards them there and records each "
+        "(docs/proxy.md)",
+    )
+    serve.add_argument(
+        "--upstream-key-file",
+        default=None,
+        help="the upstream's API key, from the first line of this file (else "
+        f"{UPSTREAM_KEY_ENV}; else the caller's own Authorization is forwarded)",
     )
     limits = DEFAULT_LIMITS
     serve.add_argument(
@@ -362,6 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings=TrackioSettings.from_env(**overrides),
             spool=args.spool,
             drain_seconds=args.drain_seconds,
+            upstream=args.upstream,
+            upstream_key=resolve_token(None, args.upstream_key_file, env=UPSTREAM_KEY_ENV),
         )
     except (ValueError, OSError) as exc:  # TrackioConfigError is a ValueError
         print(f"otel-trackio serve: {exc}", file=sys.stderr)

@@ -27,6 +27,11 @@ from otel_trackio.receiver._protocol import guarded_protocol
 from otel_trackio.receiver._routing import Router
 from otel_trackio.receiver._summary import Summary, rejected, report_runs, troubles
 from otel_trackio.receiver.app import create_app
+from otel_trackio.receiver.proxy import ModelProxy
+
+PROXY_TTL_SHARE = 0.8
+"""A proxied sample idle for this share of the sample TTL is ended (partial): its calls' spans,
+waiting for their root, would be logged without it at the TTL."""
 
 _logger = logging.getLogger("otel_trackio.receiver")
 
@@ -76,6 +81,10 @@ class OTLPReceiver:
         spool: the spool directory (default: per project and run under ``spool_dir``).
         drain_seconds: how long stopping waits for the spool to drain.
         settings: a :class:`~otel_trackio.TrackioSettings` for every route.
+        upstream: an OpenAI-compatible base URL: the HTTP port then also answers model calls
+            under ``/rollouts/{step}/{sample_index}/v1`` and records them
+            (:mod:`otel_trackio.receiver.proxy`); needs ``port``.
+        upstream_key: the key sent to the upstream (default: the caller's ``Authorization``).
         **options: settings by name (``sample_grace_seconds``, ``key``, ...); anything else is
             passed to ``trackio.init``.
     """
@@ -97,6 +106,8 @@ class OTLPReceiver:
         spool: Path | str | None = None,
         drain_seconds: float = 30.0,
         settings: TrackioSettings | None = None,
+        upstream: str | None = None,
+        upstream_key: str | None = None,
         **options: Any,
     ) -> None:
         if not token and not is_loopback(host):
@@ -159,8 +170,28 @@ class OTLPReceiver:
                 self.router.shutdown(0)
             raise
         self.grpc_port: int | None = self._grpc.port if self._grpc is not None else None
+        if upstream is not None and port is None:
+            raise ValueError("--upstream answers on the OTLP/HTTP port: give it one")
+        self.proxy = (
+            None
+            if upstream is None
+            else ModelProxy(
+                upstream,
+                self.router,
+                upstream_key=upstream_key,
+                token=token,
+                max_body_bytes=limits.max_body_bytes,
+                # ended before the spans' own TTL would log the calls apart from their root
+                ttl_seconds=self.router.settings.sample_ttl_seconds * PROXY_TTL_SHARE,
+            )
+        )
         self.app = create_app(
-            self.router, token=token, limits=limits, on_shutdown=self._finish, budget=budget
+            self.router,
+            token=token,
+            limits=limits,
+            on_shutdown=self._finish,
+            budget=budget,
+            proxy=self.proxy,
         )
         config = uvicorn.Config(
             self.app,

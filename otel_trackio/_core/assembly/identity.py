@@ -12,6 +12,10 @@ from otel_trackio._core.values import parse_step
 # Tags read into a sample's identity besides the configurable step and sample attributes.
 ROLLOUT_N_ATTRIBUTE = "rollout_n"
 VALIDATE_ATTRIBUTE = "validate"
+ENDED_EARLY_ATTRIBUTE = "otel_trackio.ended_early"
+"""On a sample's root ended by its producer before the sample was (``ttl``: idle too long;
+``flush``: the producer stopping): the sample is partial, for that reason."""
+_EARLY_REASONS: frozenset[PartialReason] = frozenset({"ttl", "flush"})
 
 
 class Identifier:
@@ -47,6 +51,9 @@ class Identifier:
                     return attributes[name]
             return None
 
+        ended_early = root.attributes.get(ENDED_EARLY_ATTRIBUTE) if root is not None else None
+        if reason is None and ended_early in _EARLY_REASONS:
+            reason = ended_early
         own_step = tag(self.step_attribute)
         step = resolve_step(own_step, ancestor_step, self.steps.latest())
         usable = parse_step(own_step) is not None
