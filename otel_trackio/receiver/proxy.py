@@ -38,8 +38,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from otel_trackio._codec.otlp import DecodedSpans
-from otel_trackio._core.conventions.otel_genai import from_chat_message
 from otel_trackio._core.assembly.identity import ENDED_EARLY_ATTRIBUTE
+from otel_trackio._core.conventions.otel_genai import from_chat_message
 from otel_trackio._core.records import SpanRecord
 from otel_trackio._core.samples import PartialReason
 from otel_trackio.receiver._auth import BearerCheck
