@@ -11,6 +11,8 @@ and is closed. The body's own deadline is read in the ASGI app (:mod:`._body`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +29,16 @@ _REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 
 HTTP2_PREFACE = b"PRI * HTTP/2.0"
 """How an HTTP/2 connection (an OTLP/gRPC client) opens: not OTLP/HTTP."""
+
+
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Send each write at once (``TCP_NODELAY``): a response written in two parts (its head,
+    then its body) would otherwise wait for the client's delayed acknowledgement of the first,
+    40 ms on Linux, on every call. Never raises."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def guarded_protocol(
@@ -48,6 +60,7 @@ def guarded_protocol(
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            no_delay(transport)
             self._await_headers()
 
         def data_received(self, data: bytes) -> None:

@@ -58,6 +58,9 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 """Headers of one connection, not of the request: never forwarded."""
 RESOURCE = {"service.name": "otel-trackio-proxy"}
+BATCH_SECONDS = 0.02
+"""The calls' spans are sent together at most this long after a call (one export for many: a
+span each would cost the receiver a request's work each)."""
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
 
@@ -88,6 +91,25 @@ class Call:
     answer: Mapping[str, Any] | None = None
     first_chunk_ns: int | None = None
     error: str | None = None
+    answer_body: bytes | None = None
+    """A whole answer's body, read into ``answer`` when the span is built."""
+
+
+@dataclass(frozen=True)
+class PendingSpan:
+    """A call recorded and not sent yet: its span is built when it is sent."""
+
+    call: Call
+    trace_id: int
+    parent: int
+    remote_parent: bool
+    end_ns: int
+
+    def span(self) -> SpanRecord:
+        """The call's OTel GenAI span."""
+        return call_span(
+            self.call, self.trace_id, self.parent, self.end_ns, remote_parent=self.remote_parent
+        )
 
 
 class ModelProxy:
@@ -127,6 +149,11 @@ class ModelProxy:
         self._timeout = httpx.Timeout(timeout_seconds, connect=min(10.0, timeout_seconds))
         self._client: httpx.AsyncClient | None = None
         self._samples: dict[tuple[int, int], OpenSample] = {}
+        # The calls' spans not sent yet: sent together every BATCH_SECONDS, and with any root
+        # (a sample's end takes them all first, so a root never precedes its calls).
+        self._outbox: list[PendingSpan] = []
+        self._flush_due = False
+        self._flushing: set[asyncio.Future[None]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._expiry = threading.Thread(target=self._expire, name="otel-trackio-proxy-ttl")
@@ -181,10 +208,11 @@ class ModelProxy:
         if not streaming:
             content = answer.content
             if operation:
-                call.answer = _json_object(content)
+                call.answer_body = content  # read when the span is built, off this path
                 if answer.status_code >= 400:
-                    call.error = _error_text(call.answer, content)
-                await self._record(call, step, index, request)
+                    call.error = _error_text(_json_object(content), content)
+                if self._record(call, step, index, request):
+                    await run_in_threadpool(self._flush)
             return Response(content, status_code=answer.status_code, headers=headers)
         return StreamingResponse(
             self._relay(answer, call, step, index, request),
@@ -209,8 +237,8 @@ class ModelProxy:
                     # the call is spooled before it sees it.
                     recorded = True
                     call.answer = stream.answer()
-                    span = self._span(call, step, index, request)
-                    await run_in_threadpool(self._send_quietly, span)
+                    if self._record(call, step, index, request):
+                        await run_in_threadpool(self._flush)
                 yield chunk
         except (asyncio.CancelledError, GeneratorExit):
             call.error = "cancelled: the caller disconnected"
@@ -223,11 +251,7 @@ class ModelProxy:
                 call.answer = stream.answer()
                 if call.status >= 400 and call.error is None:
                     call.error = _error_text(call.answer, stream.text())
-                span = self._span(call, step, index, request)
-                if cancelled:  # its task may wait for nothing any more: sent beside it
-                    asyncio.get_running_loop().run_in_executor(None, self._send_quietly, span)
-                else:  # spooled before the caller reads the stream's end (then ends the sample)
-                    await run_in_threadpool(self._send_quietly, span)
+                self._record(call, step, index, request)
             if cancelled:
                 await asyncio.shield(answer.aclose())  # the upstream request is closed
 
@@ -236,7 +260,7 @@ class ModelProxy:
     ) -> Response:
         call.status, call.error = status, why
         if call.operation:
-            await self._record(call, step, index, request)
+            self._record(call, step, index, request)
         return _openai_error(status, why)
 
     # -- rewards and ends ------------------------------------------------------------------------
@@ -270,7 +294,7 @@ class ModelProxy:
         if sample is None:
             return _openai_error(404, f"no call was made for step {key[0]} sample {key[1]}")
         try:
-            await run_in_threadpool(self._send, [_root(sample)])
+            await run_in_threadpool(self._send_with_outbox, [_root(sample)])
         except ReceiverUnavailable as exc:
             with self._lock:
                 self._samples.setdefault(key, sample)  # ended again when the client retries
@@ -282,11 +306,12 @@ class ModelProxy:
         self._stop.set()
         with self._lock:
             left, self._samples = list(self._samples.values()), {}
-        if left:
-            try:
-                self._send([_root(sample, "flush") for sample in left])
-            except ReceiverUnavailable as exc:
-                _logger.warning("otel-trackio proxy: %d open samples not ended: %s", len(left), exc)
+        try:
+            self._send_with_outbox([_root(sample, "flush") for sample in left])
+        except ReceiverUnavailable as exc:
+            _logger.warning(
+                "otel-trackio proxy: calls and %d open samples not kept: %s", len(left), exc
+            )
 
     async def aclose(self) -> None:
         """Close the connections to the upstream (in the server's event loop)."""
@@ -326,18 +351,41 @@ class ModelProxy:
                 self._samples[(step, index)] = sample
             return sample
 
-    async def _record(self, call: Call, step: int, index: int, request: Request) -> None:
-        """Send the call's span (see :meth:`_span`)."""
-        await run_in_threadpool(self._send_quietly, self._span(call, step, index, request))
+    def _record(self, call: Call, step: int, index: int, request: Request) -> bool:
+        """Put the call's span (see :meth:`_span`) in the outbox, sent within
+        :data:`BATCH_SECONDS` (or with its sample's end, before the root). True when it joined
+        the caller's trace: the caller ends that, so it must be sent before the answer."""
+        span = self._span(call, step, index, request)
+        joined = span.remote_parent
+        with self._lock:
+            self._outbox.append(span)
+            if self._flush_due:
+                return joined
+            self._flush_due = True
+        asyncio.get_running_loop().call_later(BATCH_SECONDS, self._flush_soon)
+        return joined
 
-    def _send_quietly(self, span: SpanRecord) -> None:
+    def _flush_soon(self) -> None:
+        task = asyncio.ensure_future(run_in_threadpool(self._flush))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    def _flush(self) -> None:
         try:
-            self._send([span])
+            self._send_with_outbox([])
         except ReceiverUnavailable as exc:
-            _logger.warning("otel-trackio proxy: a call's span was not kept: %s", exc)
+            _logger.warning("otel-trackio proxy: calls' spans were not kept: %s", exc)
 
-    def _span(self, call: Call, step: int, index: int, request: Request) -> SpanRecord:
-        """The call's span, under its sample's root (or the caller's ``traceparent``)."""
+    def _send_with_outbox(self, spans: list[SpanRecord]) -> None:
+        """Send the outbox's spans, then ``spans`` (roots), in one export."""
+        with self._lock:
+            waiting, self._outbox, self._flush_due = self._outbox, [], False
+        if waiting or spans:  # built here, off the answer's path
+            self._send([*(pending.span() for pending in waiting), *spans])
+
+    def _span(self, call: Call, step: int, index: int, request: Request) -> PendingSpan:
+        """The call's span to be (built and) sent, under its sample's root (or the caller's
+        ``traceparent``)."""
         self.calls += 1
         self.failed_calls += call.error is not None
         joined = _TRACEPARENT.match(request.headers.get("traceparent", "").strip().lower())
@@ -349,7 +397,7 @@ class ModelProxy:
                 sample.calls += 1
                 sample.last_active = time.monotonic()
             trace_id, parent = sample.trace_id, sample.root_id
-        return call_span(call, trace_id, parent, remote_parent=joined is not None)
+        return PendingSpan(call, trace_id, parent, joined is not None, time.time_ns())
 
     def _send(self, spans: list[SpanRecord]) -> None:
         self.router.export_spans(DecodedSpans({(None, None): spans}, accepted=len(spans)))
@@ -363,7 +411,7 @@ class ModelProxy:
                     del self._samples[(sample.step, sample.sample_index)]
             if idle:
                 try:
-                    self._send([_root(sample, "ttl") for sample in idle])
+                    self._send_with_outbox([_root(sample, "ttl") for sample in idle])
                 except ReceiverUnavailable as exc:
                     _logger.warning("otel-trackio proxy: %d idle samples lost: %s", len(idle), exc)
 
@@ -441,10 +489,14 @@ class StreamReader:
         return b"".join(self._raw)
 
 
-def call_span(call: Call, trace_id: int, parent: int, *, remote_parent: bool) -> SpanRecord:
+def call_span(
+    call: Call, trace_id: int, parent: int, end_ns: int, *, remote_parent: bool
+) -> SpanRecord:
     """One model call as an OTel GenAI span."""
     request = call.request or {}
     model = request.get("model")
+    if call.answer is None and call.answer_body is not None:
+        call.answer = _json_object(call.answer_body)
     answer = call.answer or {}
     attributes: dict[str, Any] = {"gen_ai.operation.name": call.operation}
     if isinstance(model, str):
@@ -484,7 +536,7 @@ def call_span(call: Call, trace_id: int, parent: int, *, remote_parent: bool) ->
         span_id=_new_id(64),
         name=f"{call.operation} {model}" if isinstance(model, str) else call.operation,
         start_ns=call.start_ns,
-        end_ns=time.time_ns(),
+        end_ns=end_ns,
         parent_id=parent,
         parent_is_remote=remote_parent,
         attributes=attributes,
