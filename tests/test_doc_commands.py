@@ -44,6 +44,10 @@ DOCUMENTED: dict[str, str] = {
     r"pip install torch --index-url \S+": "the TRL environment of `make test-packages`",
     r"make (demo|test)": "CI runs `make test`; the examples' test runs what `make demo` runs",
     r"otel-trackio serve --project my-rl --name run-1": "test_the_receiver_commands_run_as_written",
+    r"otel-trackio serve --project my-rl --name run-1 --upstream \S+": (
+        "tests/test_proxy.py: examples/agent_without_otel.py runs it on free ports, its upstream "
+        "a scripted model"
+    ),
     r"OTEL_TRACES_EXPORTER=otlp .*python worker\.py": "test_the_receiver_commands_run_as_written",
     ZERO_CODE: "test_the_zero_code_command_runs_as_written",
     INGEST: "test_the_ingest_commands_run_as_written",

@@ -331,3 +331,26 @@ def test_a_call_carrying_a_traceparent_joins_that_trace(project, proxy):
     (trace,) = read_traces(project, "proxied")
     assert (trace["step"], trace["metadata"]["sample_index"]) == (3, 1)
     assert sorted(s["name"] for s in trace["spans"]) == [f"chat {MODEL}", "run"]
+
+
+def test_the_example_runs(project, trackio_dir):
+    """examples/agent_without_otel.py as a user runs it: its agent has no OTel; every sample is
+    a Trace with the conversation and its reward."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "agent_without_otel.py"
+    result = subprocess.run(
+        [sys.executable, str(example), "--project", project, "--name", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    said = result.stdout + result.stderr
+    assert f"8 samples logged to {project!r} run 'demo', steps 0 to 1" in said, said
+    traces = read_traces(project, "demo")
+    assert len(traces) == 8 and all(t["metadata"]["reward"] == 1.0 for t in traces)
+    assert all(t["messages"][-1]["content"].startswith("It is ") for t in traces)

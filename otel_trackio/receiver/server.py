@@ -19,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from otel_trackio._engine.report import server_address
 from otel_trackio._settings import TrackioSettings
 from otel_trackio.receiver._body import BodyBudget
 from otel_trackio.receiver._grpc import GrpcListener
@@ -362,6 +363,12 @@ class OTLPReceiver:
                 " (resumed: it finishes what an earlier start left in the spool "
                 f"{self.router.spool_path})"
                 if self.router.resumed
+                else ""
+            )
+            + (
+                f"; model calls at {self.url}/rollouts/STEP/SAMPLE_INDEX/v1 -> "
+                f"{server_address(self.proxy.upstream)}"
+                if self.proxy is not None
                 else ""
             )
         )
