@@ -354,3 +354,27 @@ def test_the_example_runs(project, trackio_dir):
     traces = read_traces(project, "demo")
     assert len(traces) == 8 and all(t["metadata"]["reward"] == 1.0 for t in traces)
     assert all(t["messages"][-1]["content"].startswith("It is ") for t in traces)
+
+
+def test_serve_stopped_mid_call_stores_what_it_answered(project):
+    """A sample with one call answered and a slow stream under way when the receiver stops: the
+    answered call is stored in the sample (partial: never ended), once; nothing in another
+    sample."""
+    with FakeOpenAIServer(chunk_delay=1.0) as slow:
+        receiver = OTLPReceiver(
+            project, "stopped", port=0, summary_interval=0, upstream=slow.base_url
+        ).start()
+        client = openai.OpenAI(base_url=base_url(receiver, 2, 5), api_key="k", max_retries=0)
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "a"}])
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "b"}], "stream": True}
+        url = f"{base_url(receiver, 2, 5)}/chat/completions"
+        with requests.post(url, json=body, stream=True) as response:
+            next(response.iter_content(64))  # under way
+            receiver.stop()
+    traces = read_traces(project, "stopped")
+    assert [(t["step"], t["metadata"]["sample_index"]) for t in traces] == [(2, 5)]
+    (trace,) = traces
+    assert trace["metadata"]["partial"]
+    calls = [s for s in trace["spans"] if s["kind"] == "generation"]
+    assert calls and calls[0]["input"] == [{"role": "user", "content": "a"}]
+    assert len({s["id"] for s in trace["spans"]}) == len(trace["spans"])  # each once
