@@ -398,3 +398,21 @@ class OffloadWithLogEvents:
     def send_log_events(self) -> None:
         self.logs.export(self._recorded.get_finished_logs())
         self._recorded.clear()
+
+
+def run_node_script(node: str, script: str, plan: dict[str, Any]) -> Any:
+    """``node tests/js/<script>`` reading ``plan`` as JSON on stdin, without the OTel variables of
+    this environment; the completed process (its output as text)."""
+    import json
+    import os
+    import subprocess
+
+    return subprocess.run(
+        [node, str(JS / script)],
+        input=json.dumps(plan),
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

@@ -25,14 +25,12 @@ The JS dependencies are installed with ``npm ci`` from the committed lockfile in
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import uuid
 from typing import Any
 
 import pytest
-from conftest import JS, npm_ci, read_traces, stored
+from conftest import npm_ci, read_traces, run_node_script, stored
 from test_conventions import SAMPLE, facts_of, one_trace, traced
 
 from otel_trackio._core.convert import METADATA_KEYS
@@ -130,15 +128,7 @@ def runs() -> dict[str, Any]:
             "integrations": list(INTEGRATIONS),
             "scenarios": SCENARIOS,
         }
-        result = subprocess.run(
-            [node, str(JS / "ai_sdk_agent.mjs")],
-            input=json.dumps(plan),
-            env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        result = run_node_script(node, "ai_sdk_agent.mjs", plan)
     finally:
         receiver.stop()
     assert result.returncode == 0, result.stderr[-4000:]

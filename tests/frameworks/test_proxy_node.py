@@ -6,13 +6,11 @@ from storage holds the conversation it sent, its two model calls and its reward,
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from collections import Counter
 
 import pytest
-from conftest import JS, npm_ci, read_traces
+from conftest import npm_ci, read_traces, run_node_script
 from fake_openai_server import MODEL, FakeOpenAIServer
 from test_proxy import check_sample
 
@@ -33,15 +31,7 @@ def test_the_node_openai_client_through_the_proxy(project, stream):
         ).start()
         try:
             plan = {"proxy": receiver.url, "model": MODEL, "steps": 2, "samples": 8}
-            result = subprocess.run(
-                [node, str(JS / "openai_agent.mjs")],
-                input=json.dumps({**plan, "stream": stream}),
-                env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
+            result = run_node_script(node, "openai_agent.mjs", {**plan, "stream": stream})
         finally:
             receiver.stop()
     assert result.returncode == 0, result.stderr[-4000:]
