@@ -378,3 +378,24 @@ def test_serve_stopped_mid_call_stores_what_it_answered(project):
     calls = [s for s in trace["spans"] if s["kind"] == "generation"]
     assert calls and calls[0]["input"] == [{"role": "user", "content": "a"}]
     assert len({s["id"] for s in trace["spans"]}) == len(trace["spans"])  # each once
+
+
+def test_a_body_over_the_receivers_limit_is_refused_readably(project, upstream):
+    receiver = OTLPReceiver(
+        project,
+        "small",
+        port=0,
+        summary_interval=0,
+        max_body_bytes=1024,
+        upstream=upstream.base_url,
+    ).start()
+    try:
+        client = openai.OpenAI(base_url=base_url(receiver, 0, 0), api_key="k", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "x" * 2048}]
+            )
+        assert caught.value.status_code == 413 and "over the limit" in str(caught.value)
+        assert upstream.requests == []  # not forwarded
+    finally:
+        receiver.stop()

@@ -180,9 +180,10 @@ class ModelProxy:
             return refusal
         step, index = request.path_params["step"], request.path_params["sample_index"]
         path = request.path_params["path"]
-        body = await request.body()
-        if len(body) > self._max_body:
-            return _openai_error(413, f"body of {len(body)} bytes is over the limit")
+        body = await self._read_capped(request)
+        if body is None:
+            self.router.count_refused(413)
+            return _openai_error(413, f"body over the limit of {self._max_body} bytes")
         operation = RECORDED.get(path) if request.method == "POST" else None
         parsed = _json_object(body) if operation else None
         if operation and "traceparent" not in request.headers:
@@ -320,6 +321,21 @@ class ModelProxy:
             await client.aclose()
 
     # -- inside ----------------------------------------------------------------------------------
+
+    async def _read_capped(self, request: Request) -> bytes | None:
+        """The request's body, or None as soon as it is known to be over the limit (a declared
+        length first; nothing past the limit is kept)."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._max_body:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self._max_body:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def _refusal(self, request: Request) -> Response | None:
         if self._auth.allows(request.headers.get("authorization")):
