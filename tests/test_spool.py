@@ -620,8 +620,9 @@ def test_drain_with_a_timeout_stops_when_storage_takes_nothing_and_says_what_is_
         server.communicate(timeout=120)
         stuck = _drain(project, trackio_dir, "--timeout", "3")
     assert stuck.returncode == 1, stuck.stdout + stuck.stderr
-    assert "otel-trackio drain: stopped after 3 s (" in stuck.stdout, stuck.stdout
-    assert "bytes left in" in stuck.stdout
+    # (stopped while the spool was handed over, or once it was, its last writes refused)
+    assert "otel-trackio drain: stopped" in stuck.stdout, stuck.stdout
+    assert "run it again to go on" in stuck.stdout
     drained = _drain(project, trackio_dir)
     assert drained.returncode == 0, drained.stderr
     indexes = [t["metadata"]["sample_index"] for t in read_traces(project, "restart")]

@@ -109,12 +109,12 @@ def sample_to_trace(sample: Sample, settings: TrackioSettings | None = None) -> 
     prompt, held = _agent_messages(facts, generations)
     decoded = held or build_conversation(generations, settings.token_decoder, prompt)
     messages = decoded or prompt or []
-    if not messages and root is not None:
-        root_facts = facts[spans.index(root)]
-        messages = _fallback_messages(root_facts)
+    at = _position(spans, root)
+    if not messages and at is not None:
+        messages = _fallback_messages(facts[at])
     messages = [limit(take_media(m, media), settings.max_value_chars) for m in messages]
-    if root is not None:
-        _show_prompt_and_answer(span_dicts[spans.index(root)], messages)
+    if at is not None:
+        _show_prompt_and_answer(span_dicts[at], messages)
     for span_dict in span_dicts:  # the OTel trace id, for joins, where the tree starts
         if span_dict["parent_id"] is None:
             span_dict["metadata"]["otel.trace_id"] = f"{sample.identity.trace_id:032x}"
@@ -161,6 +161,17 @@ def _agent_messages(
 
 
 _RESPONSE_ID = "gen_ai.response.id"
+
+
+def _position(spans: list[SpanRecord], root: SpanRecord | None) -> int | None:
+    """Where the sample's root is among its spans: that record, else the span with its id (a
+    copy: the root's events moved, or its id sent again with other content); None without."""
+    if root is None:
+        return None
+    for at, span in enumerate(spans):
+        if span is root:
+            return at
+    return next((at for at, span in enumerate(spans) if span.span_id == root.span_id), None)
 
 
 def _evaluations_on_their_calls(spans: list[SpanRecord]) -> list[SpanRecord]:
@@ -291,8 +302,9 @@ def user_fields(
         )
     )
     fields: dict[str, Any] = {}
+    at = _position(spans, root)
     if root is not None:
-        consumed = facts[spans.index(root)].consumed
+        consumed = facts[at].consumed if at is not None else frozenset()
         # LiteLLM's default mode wrote its call onto the root: its bookkeeping is no user field.
         litellm = dialects.wrote_on_root(root.attributes)
         for key, value in root.attributes.items():

@@ -240,7 +240,16 @@ def _drain(args: argparse.Namespace) -> int:
         stalled = f"; {router.stalled}" if router.stalled else ""
         _print(f"otel-trackio drain: {waiting} bytes left ({behind or 0:.0f} s behind){stalled}")
         router.wait_drained(5.0 if deadline is None else min(5.0, deadline - time.monotonic()))
-    router.shutdown()  # drained: it returns once the last writes are stored
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    # Handed over is not stored: the last writes are waited for (within what is left of the
+    # timeout); what they could not store stays in the spool.
+    if not router.shutdown(30.0 if left is None else left):
+        why = router.stalled or "Trackio's storage did not take the last writes"
+        _print(
+            f"otel-trackio drain: stopped ({why}); what is not stored stays in "
+            f"{router.spool_path}; run it again to go on"
+        )
+        return 1
     totals = router.totals()
     _print(
         f"otel-trackio drain: done; {totals.samples} samples logged "

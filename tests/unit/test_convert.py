@@ -298,3 +298,14 @@ def test_the_newest_genai_names_are_read_beside_the_older_ones():
     assert "cost_usd" not in eur and eur["metadata"]["gen_ai.usage.cost.currency"] == "EUR"
     workflow = by_name["invoke_workflow w"]
     assert workflow["kind"] == "span" and workflow["metadata"]["gen_ai.agent.turn.count"] == 3
+
+
+def test_a_root_whose_id_another_copy_holds_still_converts():
+    """A sample's root that is not, as a record, among its spans (its id sent again with other
+    content, which the sample kept): the span with its id stands for it; nothing raises."""
+    root = SpanRecord(1, 10, "rollout", 0, 5, attributes={"step": 0, "sample_index": 0})
+    copy = SpanRecord(1, 10, "rollout", 0, 6, attributes={"step": 0, "sample_index": 0, "x": 1})
+    child = SpanRecord(1, 11, "tool", 1, 2, parent_id=10, attributes={"input.value": "q"})
+    sample = Sample([copy, child], root, SampleIdentity(1, 10, 0, sample_index=0))
+    trace = sample_to_trace(sample)
+    assert {s["name"] for s in trace["spans"]} == {"rollout", "tool"}

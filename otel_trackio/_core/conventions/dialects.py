@@ -239,7 +239,7 @@ def function_calls(
         call = {"id": "", "type": "function", "function": function}
         if out is outputs:
             out = list(outputs)
-        out[index] = {**message, "tool_calls": [call]}
+        out[index] = {**message, "content": None, "tool_calls": [call]}  # no text: null
         consumed.update((f"{prefix}name", f"{prefix}arguments"))
     return out
 
