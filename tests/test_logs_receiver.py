@@ -368,7 +368,10 @@ def test_an_evaluation_on_another_request_scores_its_sample(project, start_recei
     """A judge's ``gen_ai.evaluation.result`` log record on a request of its own — after the
     sample's spans, before them, or after the sample was stored (then a continuation row,
     where late spans go) — is in the header, search text and outcome table of its sample."""
-    receiver = start_receiver(sample_grace_seconds=0 if order == "after-stored" else None)
+    # "after": within a grace period (without one, a run's first sample may be stored before
+    # a record that comes after it: then it is the continuation row of "after-stored")
+    grace = {"after-stored": 0, "after": 5}.get(order)
+    receiver = start_receiver(sample_grace_seconds=grace)
     trace, root, chat = "e" * 32, "1" * 16, "2" * 16
     verdict = _event(trace, chat, "gen_ai.evaluation.result", {})
     verdict["attributes"] = [
