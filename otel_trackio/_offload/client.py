@@ -594,7 +594,7 @@ class OffloadClient:
 
     def stalled_seconds(self) -> float:
         """Seconds since the writer last moved on (what it processed, flushed or stored), as
-        seen by the calls of this and the closing code (0 at the first call)."""
+        seen by the calls of this method (0 at the first call)."""
         progress, now = self._progress(), time.monotonic()
         if progress != self._last_progress:
             self._last_progress, self._moved_at = progress, now

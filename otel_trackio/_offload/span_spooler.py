@@ -45,9 +45,6 @@ faster than the disk keeps a bounded memory."""
 MAX_WAIT_SECONDS = 10.0
 CLOSE_RETRY_SECONDS = 0.2
 """At close, how often spans waiting for room in the spool are offered again."""
-CLOSE_STALL_SECONDS = 10.0
-"""At close, spans waiting for room stop waiting once the writer has stored nothing for this long
-(its storage full too): the exporter's shutdown then says what is left."""
 MAX_HELD_BYTES = 64 * 1024 * 1024
 """Spans the spool could not take (its disk full, its bound reached) wait in memory up to this
 many bytes, offered again with each append; past it the oldest are given up, counted."""
@@ -289,8 +286,7 @@ class SpanSpooler:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_seconds)
         while not self.append(pack_partial=True) and time.monotonic() < deadline:
-            if self._client.stalled_seconds() >= CLOSE_STALL_SECONDS:
-                break  # the writer stores nothing: no room comes from it
+            # (a writer that stores nothing for a while may only be starved: the wait is kept)
             time.sleep(CLOSE_RETRY_SECONDS)  # room comes back as the writer drains the spool
         return self.append(pack_partial=True, last=True)
 

@@ -136,7 +136,7 @@ def test_storage_on_a_disk_that_stays_full_says_what_is_lost_and_drain_stores_th
     said = result.stderr
     assert f"no space left on {small_disk}" in said, said
     took = int(re.search(r"shutdown took (\d+) s", said).group(1))
-    assert took <= 60, said  # a shutdown that waits for room waits a bounded time
+    assert took <= 90, said  # waiting for room, then for storing: each a bounded time
     summary = next(line for line in said.splitlines() if "samples logged to" in line)
     found = re.search(
         r"(\d+) samples logged .*; \d+ partial, (\d+) lost \(\d+ of them", summary
