@@ -187,7 +187,9 @@ class ModelProxy:
         operation = RECORDED.get(path) if request.method == "POST" else None
         parsed = _json_object(body) if operation else None
         if operation and "traceparent" not in request.headers:
-            self._sample(step, index)  # open from its first call: it can be ended meanwhile
+            sample = self._sample(step, index)  # open from its first call: can be ended meanwhile
+            with self._lock:
+                sample.last_active = time.monotonic()  # a call under way is no idleness
         call = Call(operation or "", parsed, body, time.time_ns())
         outgoing = self._client_for().build_request(
             request.method,
@@ -235,7 +237,7 @@ class ModelProxy:
                 stream.feed(chunk)
                 if stream.done and call.operation and not recorded:
                     # The caller's client stops reading at [DONE], then may end the sample:
-                    # the call is spooled before it sees it.
+                    # the call is recorded (the end sends it first) before it sees it.
                     recorded = True
                     call.answer = stream.answer()
                     if self._record(call, step, index, request):
