@@ -514,7 +514,7 @@ class OffloadClient:
         if drained:  # all in Trackio: no spool (nor empty run folders) left behind
             remove_spool(self.path, self.root)
 
-    def _give_writer_normal_share(self) -> bool:
+    def give_writer_normal_share(self) -> bool:
         """The rollout is over: the writer, at the lowest priority so far, takes a normal CPU
         share until it has stored everything (a busy machine would leave it a sliver). True
         when it has one: a writer started now would get no more."""
@@ -533,7 +533,7 @@ class OffloadClient:
         closing: list[tuple[int, bytes]] | None = close
         # A writer with a normal share that is slow only because the machine is busy is kept:
         # one started in its place would share the CPU no better, and start from scratch.
-        normal_share = self._give_writer_normal_share()
+        normal_share = self.give_writer_normal_share()
         started = time.monotonic()
         deadline = None if timeout_seconds is None else started + max(0.0, timeout_seconds)
         watch = WriterWatch(self.writer_pid, self._progress())

@@ -285,8 +285,11 @@ class SpanSpooler:
         deadline = time.monotonic() + max(0.0, timeout_seconds)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_seconds)
+        if not self.append(pack_partial=True):
+            # The rollout is over and spans wait for room the writer makes: it stores first
+            # now (at the lowest priority a busy machine would leave it a sliver).
+            self._client.give_writer_normal_share()
         while not self.append(pack_partial=True) and time.monotonic() < deadline:
-            # (a writer that stores nothing for a while may only be starved: the wait is kept)
             time.sleep(CLOSE_RETRY_SECONDS)  # room comes back as the writer drains the spool
         return self.append(pack_partial=True, last=True)
 
