@@ -159,8 +159,6 @@ class ModelProxy:
         self._expiry = threading.Thread(target=self._expire, name="otel-trackio-proxy-ttl")
         self._expiry.daemon = True
         self._expiry.start()
-        self.calls = 0
-        self.failed_calls = 0
 
     def routes(self) -> list[Route]:
         """The proxy's routes, for the receiver's app."""
@@ -404,8 +402,6 @@ class ModelProxy:
     def _span(self, call: Call, step: int, index: int, request: Request) -> PendingSpan:
         """The call's span to be (built and) sent, under its sample's root (or the caller's
         ``traceparent``)."""
-        self.calls += 1
-        self.failed_calls += call.error is not None
         joined = _TRACEPARENT.match(request.headers.get("traceparent", "").strip().lower())
         if joined is not None:
             trace_id, parent = int(joined.group(1), 16), int(joined.group(2), 16)
@@ -445,13 +441,15 @@ class StreamReader:
         self._finish: str | None = None
         self._usage: Any = None
         self._raw: list[bytes] = []
+        self._raw_bytes = 0
         self.done = False
         """The stream said ``[DONE]``: the answer is whole."""
 
     def feed(self, chunk: bytes) -> None:
         """Take the next bytes of the stream."""
-        if sum(len(r) for r in self._raw) < 65536:
+        if self._raw_bytes < 65536:  # the start is enough to say what an error body says
             self._raw.append(chunk)
+            self._raw_bytes += len(chunk)
         self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
         for line in lines:
